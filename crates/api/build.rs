@@ -1,0 +1,25 @@
+//! Generates the etcd v3 API types and gRPC services from proto/ with protox,
+//! so that a fresh machine needs no system protoc.
+use std::path::PathBuf;
+
+const PROTOS: &[&str] = &[
+    "etcd/api/mvccpb/kv.proto",
+    "etcd/api/authpb/auth.proto",
+    "etcd/api/etcdserverpb/rpc.proto",
+    "etcd/server/etcdserver/api/v3election/v3electionpb/v3election.proto",
+    "etcd/server/etcdserver/api/v3lock/v3lockpb/v3lock.proto",
+    "oxcd/raft_internal.proto",
+];
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    let files: Vec<PathBuf> = PROTOS.iter().map(|p| root.join(p)).collect();
+    for f in &files {
+        println!("cargo:rerun-if-changed={}", f.display());
+    }
+    let descriptors = protox::compile(&files, [&root])?;
+    tonic_prost_build::configure()
+        .bytes(".")
+        .compile_fds(descriptors)?;
+    Ok(())
+}

@@ -21,3 +21,4 @@ pub mod v3electionpb {
 pub mod v3lockpb {
     tonic::include_proto!("v3lockpb");
 }
+pub mod rpctypes;

@@ -1,1 +1,235 @@
-fn main() {}
+//! oxcd: an etcd v3 member. Takes etcd's flags (`--name`, `--data-dir`,
+//! ...) and their `ETCD_*` environment variables, with etcd's defaults,
+//! except that the default data dir is `${name}.oxcd`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use server::ServerConfig;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "oxcd",
+    about = "oxcd: a distributed, reliable key-value store (etcd v3 API)",
+    disable_version_flag = true
+)]
+struct Flags {
+    /// Human-readable name for this member.
+    #[arg(long, env = "ETCD_NAME", default_value = "default")]
+    name: String,
+    /// Path to the data directory (default "${name}.oxcd").
+    #[arg(long, env = "ETCD_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// List of URLs to listen on for client traffic.
+    #[arg(long, env = "ETCD_LISTEN_CLIENT_URLS", default_value = "http://localhost:2379")]
+    listen_client_urls: String,
+    /// List of this member's client URLs to advertise to the public.
+    #[arg(long, env = "ETCD_ADVERTISE_CLIENT_URLS", default_value = "http://localhost:2379")]
+    advertise_client_urls: String,
+    /// List of URLs to listen on for peer traffic.
+    #[arg(long, env = "ETCD_LISTEN_PEER_URLS", default_value = "http://localhost:2380")]
+    listen_peer_urls: String,
+    /// List of this member's peer URLs to advertise to the rest of the cluster.
+    #[arg(long, env = "ETCD_INITIAL_ADVERTISE_PEER_URLS", default_value = "http://localhost:2380")]
+    initial_advertise_peer_urls: String,
+    /// Initial cluster configuration for bootstrapping (default "${name}=http://localhost:2380").
+    #[arg(long, env = "ETCD_INITIAL_CLUSTER")]
+    initial_cluster: Option<String>,
+    /// Initial cluster state ('new' or 'existing').
+    #[arg(long, env = "ETCD_INITIAL_CLUSTER_STATE", default_value = "new")]
+    initial_cluster_state: String,
+    /// Initial cluster token for the etcd cluster during bootstrap.
+    #[arg(long, env = "ETCD_INITIAL_CLUSTER_TOKEN", default_value = "etcd-cluster")]
+    initial_cluster_token: String,
+    /// Number of committed transactions to trigger a snapshot to disk.
+    #[arg(long, env = "ETCD_SNAPSHOT_COUNT", default_value_t = 100_000)]
+    snapshot_count: u64,
+    /// Time (in milliseconds) of a heartbeat interval.
+    #[arg(long, env = "ETCD_HEARTBEAT_INTERVAL", default_value_t = 100)]
+    heartbeat_interval: u64,
+    /// Time (in milliseconds) for an election to timeout.
+    #[arg(long, env = "ETCD_ELECTION_TIMEOUT", default_value_t = 1000)]
+    election_timeout: u64,
+    /// Maximum client request size in bytes the server will accept.
+    #[arg(long, env = "ETCD_MAX_REQUEST_BYTES", default_value_t = 1572864)]
+    max_request_bytes: u64,
+    /// Maximum number of operations permitted in a transaction.
+    #[arg(long, env = "ETCD_MAX_TXN_OPS", default_value_t = 128)]
+    max_txn_ops: u64,
+    /// Raise alarms when backend size exceeds the given quota (0 defaults to low space quota).
+    #[arg(long, env = "ETCD_QUOTA_BACKEND_BYTES", default_value_t = 0)]
+    quota_backend_bytes: i64,
+    /// Maximum concurrent streams that each client can open at a time (default unlimited).
+    #[arg(long, env = "ETCD_MAX_CONCURRENT_STREAMS", default_value_t = u32::MAX)]
+    max_concurrent_streams: u32,
+    /// Configures log level. Only supports debug, info, warn, error, panic, or fatal.
+    #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
+    log_level: String,
+    /// Specify 'zap' for structured logging (the only logger oxcd has).
+    #[arg(long, env = "ETCD_LOGGER", default_value = "zap")]
+    logger: String,
+    /// Specify 'stdout' or 'stderr' to skip journald logging even when running under systemd.
+    #[arg(long, env = "ETCD_LOG_OUTPUTS", default_value = "default")]
+    log_outputs: String,
+    /// Print the version and exit.
+    #[arg(long)]
+    version: bool,
+}
+
+/// etcd (Go's flag package) takes `-name` as well as `--name`.
+fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
+    args.enumerate()
+        .map(|(i, a)| {
+            let single_dash_long = i > 0 && a.starts_with('-') && !a.starts_with("--") && a.len() > 2;
+            if single_dash_long {
+                format!("-{a}")
+            } else {
+                a
+            }
+        })
+        .collect()
+}
+
+fn split_urls(s: &str) -> Vec<String> {
+    s.split(',').map(str::trim).filter(|u| !u.is_empty()).map(String::from).collect()
+}
+
+fn config_from(flags: Flags) -> Result<ServerConfig, String> {
+    if flags.heartbeat_interval == 0 || flags.election_timeout == 0 {
+        return Err("--heartbeat-interval and --election-timeout must be greater than 0".into());
+    }
+    if 5 * flags.heartbeat_interval > flags.election_timeout {
+        return Err(format!(
+            "--election-timeout[{}ms] should be at least as 5 times as --heartbeat-interval[{}ms]",
+            flags.election_timeout, flags.heartbeat_interval
+        ));
+    }
+    if flags.initial_cluster_state != "new" && flags.initial_cluster_state != "existing" {
+        return Err(format!(
+            "invalid value {:?} for flag -initial-cluster-state: valid values are \"new\", \"existing\"",
+            flags.initial_cluster_state
+        ));
+    }
+    if flags.logger != "zap" {
+        return Err(format!("unknown logger option {:?} (only 'zap' is supported)", flags.logger));
+    }
+    let advertise_peer = split_urls(&flags.initial_advertise_peer_urls);
+    let initial_cluster = flags
+        .initial_cluster
+        .unwrap_or_else(|| advertise_peer.iter().map(|u| format!("{}={}", flags.name, u)).collect::<Vec<_>>().join(","));
+    Ok(ServerConfig {
+        data_dir: flags.data_dir.unwrap_or_else(|| PathBuf::from(format!("{}.oxcd", flags.name))),
+        name: flags.name,
+        listen_client_urls: split_urls(&flags.listen_client_urls),
+        advertise_client_urls: split_urls(&flags.advertise_client_urls),
+        listen_peer_urls: split_urls(&flags.listen_peer_urls),
+        initial_advertise_peer_urls: advertise_peer,
+        initial_cluster,
+        initial_cluster_state: flags.initial_cluster_state,
+        initial_cluster_token: flags.initial_cluster_token,
+        snapshot_count: flags.snapshot_count,
+        heartbeat: Duration::from_millis(flags.heartbeat_interval),
+        election_timeout: Duration::from_millis(flags.election_timeout),
+        max_request_bytes: flags.max_request_bytes as usize,
+        max_txn_ops: flags.max_txn_ops as usize,
+        quota_backend_bytes: if flags.quota_backend_bytes <= 0 {
+            ServerConfig::default().quota_backend_bytes
+        } else {
+            flags.quota_backend_bytes
+        },
+        max_concurrent_streams: if flags.max_concurrent_streams == u32::MAX {
+            None
+        } else {
+            Some(flags.max_concurrent_streams)
+        },
+    })
+}
+
+fn print_version() {
+    println!("oxcd Version: {}", env!("CARGO_PKG_VERSION"));
+    println!("etcd API Version: {}", server::v3rpc::maintenance::ETCD_VERSION);
+    println!("Git SHA: {}", option_env!("OXCD_GIT_SHA").unwrap_or("unknown"));
+    println!("OS/Arch: {}/{}", std::env::consts::OS, std::env::consts::ARCH);
+}
+
+async fn wait_for_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        std::future::pending::<()>().await;
+        unreachable!()
+    };
+    tokio::select! {
+        _ = term.recv() => "terminated",
+        _ = int.recv() => "interrupt",
+    }
+}
+
+fn main() -> ExitCode {
+    let flags = Flags::parse_from(normalize_args(std::env::args()));
+    if flags.version {
+        print_version();
+        return ExitCode::SUCCESS;
+    }
+    if let Err(e) = server::logutil::init(&flags.log_level) {
+        eprintln!("oxcd: {e}");
+        return ExitCode::from(2);
+    }
+    let cfg = match config_from(flags) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            eprintln!("oxcd: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("oxcd: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let member = match server::start(cfg).await {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::error!(error = %e, "failed to start etcd server");
+                eprintln!("oxcd: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let signal = wait_for_signal().await;
+        tracing::info!(signal, "received signal; shutting down");
+        member.stop().await;
+        ExitCode::SUCCESS
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn single_dash_flags_are_accepted_like_go_flags() {
+        let args = normalize_args(["oxcd", "-name", "x", "--data-dir", "d", "-"].iter().map(|s| s.to_string()));
+        assert_eq!(args, vec!["oxcd", "--name", "x", "--data-dir", "d", "-"]);
+    }
+
+    #[test]
+    fn defaults_match_etcd_except_the_data_dir() {
+        let cfg = config_from(Flags::parse_from(["oxcd"])).unwrap();
+        assert_eq!(cfg.data_dir, PathBuf::from("default.oxcd"));
+        assert_eq!(cfg.initial_cluster, "default=http://localhost:2380");
+        assert_eq!(cfg.max_request_bytes, 1536 * 1024);
+        assert_eq!(cfg.max_concurrent_streams, None);
+        let cfg = config_from(Flags::parse_from(["oxcd", "--name", "m1"])).unwrap();
+        assert_eq!(cfg.data_dir, PathBuf::from("m1.oxcd"));
+    }
+
+    #[test]
+    fn election_timeout_must_be_five_heartbeats() {
+        let flags = Flags::parse_from(["oxcd", "--heartbeat-interval", "300", "--election-timeout", "1000"]);
+        assert!(config_from(flags).unwrap_err().contains("5 times"));
+    }
+}

@@ -1,1 +1,26 @@
+//! etcdserver: one oxcd member. Owns the gRPC services, the apply loop, the
+//! proposal waiters, membership identity and the member's lifecycle.
+//!
+//! Never: touch the raft state directly (only through `RaftHandle`), write
+//! the backend outside the apply thread, or answer a client with an error
+//! that etcd would not give (every failure maps through `errors` to
+//! `api::rpctypes`).
+//!
+//! A write: gRPC → `checks` → `EtcdServer::propose` (request ID, size
+//! limit, waiter) → raft (WAL fsync, commit) → `apply::Applier` (mvcc
+//! write, consistent index, waiter woken) → response with etcd's header.
 
+pub mod apply;
+pub mod checks;
+pub mod config;
+pub mod errors;
+pub mod etcdserver;
+pub mod logutil;
+pub mod membership;
+pub mod startup;
+pub mod v3rpc;
+pub mod wait;
+
+pub use config::ServerConfig;
+pub use etcdserver::EtcdServer;
+pub use startup::{start, Member as RunningMember, StartError};

@@ -1,0 +1,244 @@
+//! Raft snapshot files: `<member_dir>/snap/<term %016x>-<index %016x>.snap`.
+//!
+//! A snapshot file records raft's view of a snapshot — index, term and
+//! configuration — not the state machine: the backend db (`snap/db`) is the
+//! state and is handled elsewhere, so `Snapshot.data` is empty here.
+//!
+//! # File layout, format version 1 (integers little-endian)
+//!
+//! | offset | size | field                                          |
+//! |-------:|-----:|------------------------------------------------|
+//! |      0 |    8 | magic `"oxcdsnap"`                             |
+//! |      8 |    4 | `format_version` u32 (= 1)                     |
+//! |     12 |    4 | `body_len` u32                                 |
+//! |     16 |    4 | `body_crc`: CRC-32 (IEEE) of the body          |
+//! |     20 |    n | body: raft-rs `eraftpb::Snapshot`, protobuf    |
+//!
+//! Files are written as `.snap.tmp`, synced, renamed and the directory synced,
+//! so a `.snap` file is either complete or absent. A file that still fails to
+//! decode is renamed to `.snap.broken` (as etcd does) and the next newest is
+//! used. The newest [`KEEP_SNAPSHOTS`] files are kept; older ones are deleted.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use protobuf::Message as _;
+use raft::eraftpb::Snapshot;
+
+use crate::wal::sync_dir;
+
+/// Snapshot files kept on disk (etcd's `--max-snapshots` default is 5).
+pub const KEEP_SNAPSHOTS: usize = 5;
+
+pub const SNAP_MAGIC: &[u8; 8] = b"oxcdsnap";
+pub const SNAP_FORMAT_VERSION: u32 = 1;
+const SNAP_HEADER_LEN: usize = 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SnapError {
+    #[error("snap: {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("snap: {path}: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SnapError + '_ {
+    move |source| SnapError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+pub fn snap_name(term: u64, index: u64) -> String {
+    format!("{term:016x}-{index:016x}.snap")
+}
+
+fn parse_snap_name(name: &str) -> Option<(u64, u64)> {
+    let stem = name.strip_suffix(".snap")?;
+    let (term, index) = stem.split_once('-')?;
+    if term.len() != 16 || index.len() != 16 {
+        return None;
+    }
+    Some((
+        u64::from_str_radix(term, 16).ok()?,
+        u64::from_str_radix(index, 16).ok()?,
+    ))
+}
+
+/// Encodes a snapshot file.
+pub fn encode(snapshot: &Snapshot) -> Vec<u8> {
+    let body = snapshot.write_to_bytes().expect("encode raft snapshot");
+    let mut out = Vec::with_capacity(SNAP_HEADER_LEN + body.len());
+    out.extend_from_slice(SNAP_MAGIC);
+    out.extend_from_slice(&SNAP_FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Decodes a snapshot file.
+pub fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
+    if bytes.len() < SNAP_HEADER_LEN {
+        return Err("shorter than the header".into());
+    }
+    if &bytes[0..8] != SNAP_MAGIC {
+        return Err("bad magic".into());
+    }
+    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if version != SNAP_FORMAT_VERSION {
+        return Err(format!("unsupported format version {version}"));
+    }
+    let len = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
+    let body = &bytes[SNAP_HEADER_LEN..];
+    if body.len() != len {
+        return Err(format!("body is {} bytes, header says {len}", body.len()));
+    }
+    if crc32fast::hash(body) != crc {
+        return Err("crc mismatch".into());
+    }
+    Snapshot::parse_from_bytes(body).map_err(|e| e.to_string())
+}
+
+/// Reads and writes the snapshot files of one member.
+pub struct Snapshotter {
+    dir: PathBuf,
+}
+
+impl Snapshotter {
+    pub fn new(dir: &Path) -> Result<Snapshotter, SnapError> {
+        fs::create_dir_all(dir).map_err(io_err(dir))?;
+        Ok(Snapshotter {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Snapshot files as (term, index, path), newest (highest index) first.
+    pub fn list(&self) -> Result<Vec<(u64, u64, PathBuf)>, SnapError> {
+        let mut files = Vec::new();
+        for entry in fs::read_dir(&self.dir).map_err(io_err(&self.dir))? {
+            let entry = entry.map_err(io_err(&self.dir))?;
+            let name = entry.file_name();
+            if let Some((term, index)) = name.to_str().and_then(parse_snap_name) {
+                files.push((term, index, entry.path()));
+            }
+        }
+        files.sort_by(|a, b| (b.1, b.0).cmp(&(a.1, a.0)));
+        Ok(files)
+    }
+
+    /// Durably writes `snapshot` and deletes all but the newest [`KEEP_SNAPSHOTS`].
+    pub fn save(&self, snapshot: &Snapshot) -> Result<PathBuf, SnapError> {
+        let meta = snapshot.get_metadata();
+        let path = self.dir.join(snap_name(meta.term, meta.index));
+        let tmp = path.with_extension("snap.tmp");
+        {
+            let mut f = fs::File::create(&tmp).map_err(io_err(&tmp))?;
+            f.write_all(&encode(snapshot)).map_err(io_err(&tmp))?;
+            f.sync_all().map_err(io_err(&tmp))?;
+        }
+        fs::rename(&tmp, &path).map_err(io_err(&path))?;
+        sync_dir(&self.dir).map_err(io_err(&self.dir))?;
+        for (_, _, old) in self.list()?.into_iter().skip(KEEP_SNAPSHOTS) {
+            if let Err(e) = fs::remove_file(&old) {
+                tracing::warn!(file = %old.display(), error = %e, "snap: failed to purge old snapshot");
+            }
+        }
+        Ok(path)
+    }
+
+    /// The newest snapshot file that decodes; broken files are set aside.
+    pub fn load_newest(&self) -> Result<Option<Snapshot>, SnapError> {
+        for (term, index, path) in self.list()? {
+            let bytes = fs::read(&path).map_err(io_err(&path))?;
+            match decode(&bytes) {
+                Ok(s) if s.get_metadata().index == index && s.get_metadata().term == term => {
+                    return Ok(Some(s))
+                }
+                Ok(_) => self.set_aside(&path, "file name does not match its content"),
+                Err(reason) => self.set_aside(&path, &reason),
+            }
+        }
+        Ok(None)
+    }
+
+    fn set_aside(&self, path: &Path, reason: &str) {
+        let broken = path.with_extension("snap.broken");
+        tracing::warn!(file = %path.display(), reason, "snap: unreadable snapshot file, renaming to .broken");
+        if let Err(e) = fs::rename(path, &broken) {
+            tracing::warn!(file = %path.display(), error = %e, "snap: failed to rename broken snapshot");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(term: u64, index: u64, voters: Vec<u64>) -> Snapshot {
+        let mut s = Snapshot::default();
+        s.mut_metadata().term = term;
+        s.mut_metadata().index = index;
+        s.mut_metadata().mut_conf_state().voters = voters;
+        s
+    }
+
+    #[test]
+    fn snap_file_round_trips_metadata_and_conf_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let snapper = Snapshotter::new(dir.path()).unwrap();
+        let s = snapshot(3, 10_000, vec![1, 2, 3]);
+        let path = snapper.save(&s).unwrap();
+        assert_eq!(
+            path.file_name().unwrap().to_str().unwrap(),
+            "0000000000000003-0000000000002710.snap"
+        );
+        let loaded = snapper.load_newest().unwrap().unwrap();
+        assert_eq!(loaded, s);
+        assert_eq!(loaded.get_metadata().get_conf_state().voters, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn snap_keeps_the_newest_few_and_loads_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let snapper = Snapshotter::new(dir.path()).unwrap();
+        fs::write(dir.path().join("db"), b"backend").unwrap();
+        for i in 1..=8u64 {
+            snapper.save(&snapshot(2, i * 100, vec![1])).unwrap();
+        }
+        let files = snapper.list().unwrap();
+        assert_eq!(files.len(), KEEP_SNAPSHOTS);
+        assert_eq!(files[0].1, 800);
+        assert_eq!(snapper.load_newest().unwrap().unwrap().get_metadata().index, 800);
+        assert!(dir.path().join("db").exists(), "only .snap files are purged");
+    }
+
+    #[test]
+    fn snap_broken_newest_file_falls_back_to_the_previous() {
+        let dir = tempfile::tempdir().unwrap();
+        let snapper = Snapshotter::new(dir.path()).unwrap();
+        snapper.save(&snapshot(1, 100, vec![1])).unwrap();
+        let newest = snapper.save(&snapshot(1, 200, vec![1])).unwrap();
+        let mut bytes = fs::read(&newest).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        fs::write(&newest, &bytes).unwrap();
+        let loaded = snapper.load_newest().unwrap().unwrap();
+        assert_eq!(loaded.get_metadata().index, 100);
+        assert!(newest.with_extension("snap.broken").exists());
+    }
+
+    #[test]
+    fn snap_decoder_rejects_every_truncation() {
+        let bytes = encode(&snapshot(1, 5, vec![1]));
+        for cut in 0..bytes.len() {
+            assert!(decode(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+}

@@ -1,0 +1,591 @@
+//! The write-ahead log: raft's durable memory.
+//!
+//! An entry is acknowledged only after the WAL record holding it is
+//! fdatasync'ed; the WAL therefore owns durability for the whole member. The
+//! backend may commit without fsync because entries above its durable
+//! consistent index are replayed from here on restart.
+//!
+//! # Files
+//!
+//! `<member_dir>/wal/<seq %016x>-<first index %016x>.wal`, as etcd names them.
+//! `seq` grows by one per segment; `first index` is the raft index the next
+//! entry was expected to have when the segment was cut (the very first
+//! segment is `0000000000000000-0000000000000000.wal`). A segment is cut when
+//! it reaches [`SEGMENT_BYTES`] (64 MiB, etcd's `SegmentSizeBytes`); files are
+//! not pre-allocated. A new segment is written as `<name>.tmp`, synced and
+//! renamed, so a half-created segment never exists under its real name.
+//!
+//! # Record layout, format version 1
+//!
+//! A segment is a sequence of records, nothing else. All integers are
+//! little-endian. Every record:
+//!
+//! | offset | size | field                                                    |
+//! |-------:|-----:|----------------------------------------------------------|
+//! |      0 |    4 | `payload_len` (u32), at most 256 MiB                     |
+//! |      4 |    4 | `payload_crc`: CRC-32 (IEEE) of the type byte then the payload |
+//! |      8 |    1 | `type`: 1 metadata, 2 entry, 3 hard state, 4 snapshot    |
+//! |      9 |    3 | reserved, zero                                           |
+//! |     12 |    4 | `header_crc`: CRC-32 (IEEE) of bytes 0..12               |
+//! |     16 |    n | payload                                                  |
+//!
+//! The CRC is per record (not chained): the header CRC makes the length
+//! trustworthy before it is used, so a flipped bit in a length field is
+//! detected instead of being read as a torn tail.
+//!
+//! Payloads:
+//! - **metadata** (type 1), the first record of every segment:
+//!   `magic "oxcdwal\0"` (8) · `format_version` u32 (= 1) · `node_id` u64 ·
+//!   `cluster_id` u64 · `voter_count` u32 · `voter_count` × u64 bootstrap voters.
+//! - **entry** (type 2): a raft-rs `eraftpb::Entry` in protobuf encoding.
+//! - **hard state** (type 3): `term` u64 · `vote` u64 · `commit` u64.
+//! - **snapshot marker** (type 4): `term` u64 · `index` u64.
+//!
+//! After its metadata record every new segment repeats the latest hard state
+//! and snapshot marker, so the WAL stays complete after older segments are
+//! released.
+//!
+//! # Reading and repair
+//!
+//! Entries are replayed in file order; an entry whose index is ≤ the last one
+//! read replaces it and everything after it (raft log truncation on
+//! conflict). Damage at the tail of the LAST segment is a torn write and is
+//! cut away: an incomplete record, a header that fails its CRC when
+//! everything after it is zero, or a complete last record whose payload fails
+//! its CRC. Anything else — a bad record followed by more data, or any damage
+//! in an earlier segment — refuses to open with [`WalError::Corrupt`], naming
+//! the file and offset: truncating there could drop acknowledged entries.
+//!
+//! # Release
+//!
+//! [`Wal::release_to`] deletes whole segments whose entries all precede the
+//! given index. The caller (the raft thread) only passes an index covered by a
+//! durable backend commit and a saved snapshot; this module keeps no opinion
+//! on that beyond never deleting the active segment.
+
+mod record;
+#[cfg(test)]
+mod tests;
+
+pub use record::{
+    Metadata, Record, SnapshotMarker, HEADER_LEN, MAX_RECORD_PAYLOAD, WAL_FORMAT_VERSION,
+};
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use raft::eraftpb::{Entry, HardState};
+use record::DecodeError;
+
+/// Segment size at which the WAL cuts a new file (etcd's SegmentSizeBytes).
+pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Errors of the WAL. Each names the file it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum WalError {
+    #[error("wal: {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("wal: {path}: corrupt at offset {offset}: {reason}")]
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+    #[error("wal: {dir}: no WAL segments found")]
+    NotFound { dir: PathBuf },
+    #[error("wal: {dir}: {reason}")]
+    Inconsistent { dir: PathBuf, reason: String },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> WalError + '_ {
+    move |source| WalError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Tunables; the defaults are what a member uses.
+#[derive(Clone, Debug)]
+pub struct WalOptions {
+    pub segment_bytes: u64,
+}
+
+impl Default for WalOptions {
+    fn default() -> Self {
+        WalOptions {
+            segment_bytes: SEGMENT_BYTES,
+        }
+    }
+}
+
+/// Everything the WAL held when it was opened.
+#[derive(Clone, Debug)]
+pub struct WalContents {
+    pub metadata: Metadata,
+    /// The latest hard state written (default if none).
+    pub hard_state: HardState,
+    /// Contiguous entries after conflict overwrites, in index order.
+    pub entries: Vec<Entry>,
+    /// The latest snapshot marker, if any.
+    pub snapshot: Option<SnapshotMarker>,
+    /// Bytes cut from the tail of the last segment by repair.
+    pub repaired_bytes: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Segment {
+    seq: u64,
+    first_index: u64,
+    path: PathBuf,
+}
+
+/// An open WAL, appending to its last segment.
+pub struct Wal {
+    dir: PathBuf,
+    options: WalOptions,
+    segments: Vec<Segment>,
+    active: File,
+    active_len: u64,
+    /// Encoded records not yet written; written and synced by [`Wal::sync`].
+    pending: Vec<u8>,
+    metadata: Metadata,
+    last_index: u64,
+    hard_state: HardState,
+    snapshot: SnapshotMarker,
+    sync_count: u64,
+}
+
+fn segment_name(seq: u64, first_index: u64) -> String {
+    format!("{seq:016x}-{first_index:016x}.wal")
+}
+
+fn parse_segment_name(name: &str) -> Option<(u64, u64)> {
+    let stem = name.strip_suffix(".wal")?;
+    let (seq, index) = stem.split_once('-')?;
+    if seq.len() != 16 || index.len() != 16 {
+        return None;
+    }
+    Some((
+        u64::from_str_radix(seq, 16).ok()?,
+        u64::from_str_radix(index, 16).ok()?,
+    ))
+}
+
+/// fsync a directory so that creates, renames and deletes in it are durable.
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+impl Wal {
+    /// Whether `dir` holds at least one segment.
+    pub fn exists(dir: &Path) -> bool {
+        fs::read_dir(dir)
+            .map(|rd| {
+                rd.flatten().any(|e| {
+                    e.file_name()
+                        .to_str()
+                        .and_then(parse_segment_name)
+                        .is_some()
+                })
+            })
+            .unwrap_or(false)
+    }
+
+    /// Creates a new WAL in `dir` (created if missing) holding only metadata.
+    pub fn create(dir: &Path, metadata: Metadata, options: WalOptions) -> Result<Wal, WalError> {
+        fs::create_dir_all(dir).map_err(io_err(dir))?;
+        if Wal::exists(dir) {
+            return Err(WalError::Inconsistent {
+                dir: dir.to_path_buf(),
+                reason: "create: a WAL already exists".into(),
+            });
+        }
+        let segment = Segment {
+            seq: 0,
+            first_index: 0,
+            path: dir.join(segment_name(0, 0)),
+        };
+        let hard_state = HardState::default();
+        let snapshot = SnapshotMarker::default();
+        let (active, active_len) =
+            write_new_segment(dir, &segment, &metadata, &hard_state, &snapshot)?;
+        Ok(Wal {
+            dir: dir.to_path_buf(),
+            options,
+            segments: vec![segment],
+            active,
+            active_len,
+            pending: Vec::new(),
+            metadata,
+            last_index: 0,
+            hard_state,
+            snapshot,
+            sync_count: 0,
+        })
+    }
+
+    /// Opens the WAL in `dir`, reads every record, repairs a torn tail of the
+    /// last segment and returns what it held.
+    pub fn open(dir: &Path, options: WalOptions) -> Result<(Wal, WalContents), WalError> {
+        let segments = list_segments(dir)?;
+        let Some(last_segment) = segments.last().cloned() else {
+            return Err(WalError::NotFound {
+                dir: dir.to_path_buf(),
+            });
+        };
+        let mut reader = Replay::default();
+        let mut repaired_bytes = 0;
+        let mut active_len = 0;
+        for (i, segment) in segments.iter().enumerate() {
+            let is_last = i + 1 == segments.len();
+            let (valid_len, file_len) = reader.read_segment(segment, is_last)?;
+            if is_last {
+                if valid_len < file_len {
+                    tracing::warn!(
+                        file = %segment.path.display(),
+                        offset = valid_len,
+                        cut_bytes = file_len - valid_len,
+                        "wal: repairing torn tail of last segment"
+                    );
+                    let f = OpenOptions::new()
+                        .write(true)
+                        .open(&segment.path)
+                        .map_err(io_err(&segment.path))?;
+                    f.set_len(valid_len).map_err(io_err(&segment.path))?;
+                    f.sync_all().map_err(io_err(&segment.path))?;
+                    repaired_bytes = file_len - valid_len;
+                }
+                active_len = valid_len;
+            }
+        }
+        let metadata = reader.metadata.clone().ok_or_else(|| WalError::Corrupt {
+            path: last_segment.path.clone(),
+            offset: 0,
+            reason: "no metadata record".into(),
+        })?;
+        let active = OpenOptions::new()
+            .append(true)
+            .open(&last_segment.path)
+            .map_err(io_err(&last_segment.path))?;
+        let snapshot = reader.snapshot.unwrap_or_default();
+        let last_index = reader
+            .entries
+            .last()
+            .map(|e| e.index)
+            .unwrap_or(snapshot.index);
+        let contents = WalContents {
+            metadata: metadata.clone(),
+            hard_state: reader.hard_state.clone(),
+            entries: reader.entries,
+            snapshot: reader.snapshot,
+            repaired_bytes,
+        };
+        let wal = Wal {
+            dir: dir.to_path_buf(),
+            options,
+            segments,
+            active,
+            active_len,
+            pending: Vec::new(),
+            metadata,
+            last_index,
+            hard_state: reader.hard_state,
+            snapshot,
+            sync_count: 0,
+        };
+        Ok((wal, contents))
+    }
+
+    /// Buffers entries and a hard state; nothing is durable until [`Wal::sync`].
+    pub fn append(&mut self, entries: &[Entry], hard_state: Option<&HardState>) {
+        for e in entries {
+            debug_assert!(
+                e.index <= self.last_index + 1 || self.last_index == 0,
+                "wal: gap before entry {} (last {})",
+                e.index,
+                self.last_index
+            );
+            record::encode(&Record::Entry(e.clone()), &mut self.pending);
+            self.last_index = e.index;
+        }
+        if let Some(hs) = hard_state {
+            record::encode(&Record::HardState(hs.clone()), &mut self.pending);
+            self.hard_state = hs.clone();
+        }
+    }
+
+    /// Buffers a snapshot marker.
+    pub fn save_snapshot(&mut self, marker: SnapshotMarker) {
+        record::encode(&Record::Snapshot(marker), &mut self.pending);
+        if marker.index >= self.snapshot.index {
+            self.snapshot = marker;
+        }
+        if marker.index > self.last_index {
+            self.last_index = marker.index;
+        }
+    }
+
+    /// Whether records are buffered and not yet synced.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Writes buffered records and fdatasyncs once; cuts a new segment when
+    /// the active one is full.
+    pub fn sync(&mut self) -> Result<(), WalError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let path = self.active_path().to_path_buf();
+        self.active
+            .write_all(&self.pending)
+            .map_err(io_err(&path))?;
+        self.active.sync_data().map_err(io_err(&path))?;
+        self.sync_count += 1;
+        self.active_len += self.pending.len() as u64;
+        self.pending.clear();
+        if self.active_len >= self.options.segment_bytes {
+            self.cut()?;
+        }
+        Ok(())
+    }
+
+    fn cut(&mut self) -> Result<(), WalError> {
+        let prev = self.segments.last().expect("wal has an active segment");
+        let segment = Segment {
+            seq: prev.seq + 1,
+            first_index: self.last_index + 1,
+            path: self
+                .dir
+                .join(segment_name(prev.seq + 1, self.last_index + 1)),
+        };
+        let (file, len) = write_new_segment(
+            &self.dir,
+            &segment,
+            &self.metadata,
+            &self.hard_state,
+            &self.snapshot,
+        )?;
+        tracing::info!(file = %segment.path.display(), "wal: created a new segment");
+        self.active = file;
+        self.active_len = len;
+        self.segments.push(segment);
+        Ok(())
+    }
+
+    /// Deletes whole segments whose entries are all < `index`; the segment
+    /// that may contain `index` and the active segment are kept.
+    pub fn release_to(&mut self, index: u64) -> Result<(), WalError> {
+        // Segment k holds entries < segments[k+1].first_index, so it can go
+        // when the next segment starts at or below `index`.
+        let mut release = 0;
+        while release + 1 < self.segments.len() && self.segments[release + 1].first_index <= index
+        {
+            release += 1;
+        }
+        if release == 0 {
+            return Ok(());
+        }
+        for segment in self.segments.drain(..release) {
+            fs::remove_file(&segment.path).map_err(io_err(&segment.path))?;
+            tracing::info!(file = %segment.path.display(), "wal: released segment");
+        }
+        sync_dir(&self.dir).map_err(io_err(&self.dir))?;
+        Ok(())
+    }
+
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    /// Number of fdatasync calls made by [`Wal::sync`] since open.
+    pub fn sync_count(&self) -> u64 {
+        self.sync_count
+    }
+
+    /// File names of the live segments, oldest first.
+    pub fn segment_paths(&self) -> Vec<PathBuf> {
+        self.segments.iter().map(|s| s.path.clone()).collect()
+    }
+
+    fn active_path(&self) -> &Path {
+        &self.segments.last().expect("wal has an active segment").path
+    }
+}
+
+fn list_segments(dir: &Path) -> Result<Vec<Segment>, WalError> {
+    let mut segments = Vec::new();
+    for entry in fs::read_dir(dir).map_err(io_err(dir))? {
+        let entry = entry.map_err(io_err(dir))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.ends_with(".wal.tmp") {
+            // A segment whose creation never finished: it held no entries.
+            let _ = fs::remove_file(entry.path());
+            continue;
+        }
+        if let Some((seq, first_index)) = parse_segment_name(name) {
+            segments.push(Segment {
+                seq,
+                first_index,
+                path: entry.path(),
+            });
+        }
+    }
+    segments.sort_by_key(|s| s.seq);
+    for pair in segments.windows(2) {
+        if pair[1].seq != pair[0].seq + 1 || pair[1].first_index < pair[0].first_index {
+            return Err(WalError::Inconsistent {
+                dir: dir.to_path_buf(),
+                reason: format!(
+                    "segments out of sequence: {} then {}",
+                    pair[0].path.display(),
+                    pair[1].path.display()
+                ),
+            });
+        }
+    }
+    Ok(segments)
+}
+
+fn write_new_segment(
+    dir: &Path,
+    segment: &Segment,
+    metadata: &Metadata,
+    hard_state: &HardState,
+    snapshot: &SnapshotMarker,
+) -> Result<(File, u64), WalError> {
+    let mut buf = Vec::new();
+    record::encode(&Record::Metadata(metadata.clone()), &mut buf);
+    if *hard_state != HardState::default() {
+        record::encode(&Record::HardState(hard_state.clone()), &mut buf);
+    }
+    if snapshot.index > 0 {
+        record::encode(&Record::Snapshot(*snapshot), &mut buf);
+    }
+    let tmp = segment.path.with_extension("wal.tmp");
+    {
+        let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
+        f.write_all(&buf).map_err(io_err(&tmp))?;
+        f.sync_all().map_err(io_err(&tmp))?;
+    }
+    fs::rename(&tmp, &segment.path).map_err(io_err(&segment.path))?;
+    sync_dir(dir).map_err(io_err(dir))?;
+    let file = OpenOptions::new()
+        .append(true)
+        .open(&segment.path)
+        .map_err(io_err(&segment.path))?;
+    Ok((file, buf.len() as u64))
+}
+
+/// State accumulated while replaying segments in order.
+#[derive(Default)]
+struct Replay {
+    metadata: Option<Metadata>,
+    hard_state: HardState,
+    entries: Vec<Entry>,
+    snapshot: Option<SnapshotMarker>,
+}
+
+impl Replay {
+    /// Reads one segment; returns (length of its valid prefix, file length).
+    /// Damage is an error unless it is a torn tail of the last segment.
+    fn read_segment(&mut self, segment: &Segment, is_last: bool) -> Result<(u64, u64), WalError> {
+        let buf = fs::read(&segment.path).map_err(io_err(&segment.path))?;
+        let corrupt = |offset: usize, reason: String| WalError::Corrupt {
+            path: segment.path.clone(),
+            offset: offset as u64,
+            reason,
+        };
+        let mut offset = 0usize;
+        let mut first = true;
+        while offset < buf.len() {
+            let rest = &buf[offset..];
+            match record::decode(rest) {
+                Ok((record, len)) => {
+                    self.apply(record, first)
+                        .map_err(|reason| corrupt(offset, reason))?;
+                    first = false;
+                    offset += len;
+                }
+                Err(DecodeError::Incomplete) if is_last => break,
+                Err(DecodeError::Incomplete) => {
+                    return Err(corrupt(offset, "truncated record in a sealed segment".into()))
+                }
+                Err(DecodeError::BadHeader) if is_last && rest.iter().all(|b| *b == 0) => break,
+                Err(DecodeError::BadHeader) => {
+                    return Err(corrupt(offset, "record header fails its CRC".into()))
+                }
+                Err(DecodeError::BadPayloadCrc { record_len })
+                    if is_last && offset + record_len == buf.len() =>
+                {
+                    break
+                }
+                Err(DecodeError::BadPayloadCrc { .. }) => {
+                    return Err(corrupt(
+                        offset,
+                        "record payload fails its CRC with more data after it".into(),
+                    ))
+                }
+                Err(DecodeError::BadPayload { reason, .. }) => return Err(corrupt(offset, reason)),
+            }
+        }
+        if first && !is_last {
+            return Err(corrupt(0, "segment holds no records".into()));
+        }
+        Ok((offset as u64, buf.len() as u64))
+    }
+
+    fn apply(&mut self, record: Record, first_in_segment: bool) -> Result<(), String> {
+        if first_in_segment != matches!(record, Record::Metadata(_)) {
+            return Err("a segment must start with exactly one metadata record".into());
+        }
+        match record {
+            Record::Metadata(m) => {
+                if let Some(prev) = &self.metadata {
+                    if *prev != m {
+                        return Err(format!("metadata {m:?} differs from earlier {prev:?}"));
+                    }
+                }
+                self.metadata = Some(m);
+            }
+            Record::HardState(hs) => self.hard_state = hs,
+            Record::Snapshot(marker) => {
+                if self.snapshot.map_or(true, |s| marker.index >= s.index) {
+                    self.snapshot = Some(marker);
+                }
+            }
+            Record::Entry(e) => {
+                let snapshot_index = self.snapshot.map_or(0, |s| s.index);
+                match self.entries.first().map(|f| f.index) {
+                    None => {}
+                    Some(first) if e.index <= first => self.entries.clear(),
+                    Some(first) => {
+                        let last = first + self.entries.len() as u64 - 1;
+                        if e.index <= last {
+                            // raft log truncation on conflict
+                            self.entries.truncate((e.index - first) as usize);
+                        } else if e.index > last + 1 {
+                            if e.index <= snapshot_index + 1 {
+                                // the log restarts after a snapshot received from the leader
+                                self.entries.clear();
+                            } else {
+                                return Err(format!(
+                                    "entry {} follows entry {last}: gap in the log",
+                                    e.index
+                                ));
+                            }
+                        }
+                    }
+                }
+                self.entries.push(e);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,259 @@
+//! The redb file: table definitions, meta fields, the startup scan, and the
+//! batch commit. The byte layout is documented in the crate doc.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use bytes::Bytes;
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::key_index::KeyIndexTree;
+use crate::revision::{Revision, RevisionKey};
+use crate::MvccError;
+
+pub const KEY_TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("key");
+pub const META_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+pub const META_CONSISTENT_INDEX: &str = "consistent_index";
+pub const META_FINISHED_COMPACT_REV: &str = "finishedCompactRev";
+pub const META_SCHEDULED_COMPACT_REV: &str = "scheduledCompactRev";
+pub const META_FORMAT_VERSION: &str = "mvcc_format_version";
+/// Bumped on any incompatible change of the layout in the crate doc.
+pub const FORMAT_VERSION: u32 = 1;
+
+pub fn backend_error(err: impl std::fmt::Display) -> MvccError {
+    MvccError::Backend(err.to_string())
+}
+
+/// What a startup scan of the file yields.
+pub struct Loaded {
+    pub index: KeyIndexTree,
+    pub current_revision: i64,
+    pub compact_revision: i64,
+    pub consistent_index: u64,
+}
+
+pub fn open_database(path: &Path) -> Result<Database, MvccError> {
+    let db = Database::create(path).map_err(backend_error)?;
+    // Make sure both tables and the format version exist, so readers never
+    // meet a missing table.
+    let txn = db.begin_write().map_err(backend_error)?;
+    {
+        txn.open_table(KEY_TABLE).map_err(backend_error)?;
+        let mut meta = txn.open_table(META_TABLE).map_err(backend_error)?;
+        let existing = meta
+            .get(META_FORMAT_VERSION)
+            .map_err(backend_error)?
+            .map(|v| v.value().to_vec());
+        match existing {
+            None => {
+                meta.insert(META_FORMAT_VERSION, &FORMAT_VERSION.to_be_bytes()[..])
+                    .map_err(backend_error)?;
+            }
+            Some(v) if v == FORMAT_VERSION.to_be_bytes() => {}
+            Some(v) => {
+                return Err(MvccError::Corrupt(format!(
+                    "unsupported mvcc format version {v:?}"
+                )))
+            }
+        }
+    }
+    txn.commit().map_err(backend_error)?;
+    Ok(db)
+}
+
+fn meta_i64(value: &[u8], name: &str) -> Result<i64, MvccError> {
+    let bytes: [u8; 8] = value
+        .try_into()
+        .map_err(|_| MvccError::Corrupt(format!("meta {name} is {} bytes", value.len())))?;
+    Ok(i64::from_be_bytes(bytes))
+}
+
+/// Reads meta and rebuilds the key index by scanning the key table in
+/// revision order, decoding only key, create_revision and version.
+pub fn load(db: &Database) -> Result<Loaded, MvccError> {
+    let txn = db.begin_read().map_err(backend_error)?;
+    let meta = txn.open_table(META_TABLE).map_err(backend_error)?;
+    let get = |name: &str| -> Result<Option<i64>, MvccError> {
+        match meta.get(name).map_err(backend_error)? {
+            Some(v) => Ok(Some(meta_i64(v.value(), name)?)),
+            None => Ok(None),
+        }
+    };
+    let consistent_index = get(META_CONSISTENT_INDEX)?.unwrap_or(0) as u64;
+    let compact_revision = get(META_FINISHED_COMPACT_REV)?.unwrap_or(0);
+
+    let table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
+    let mut index = KeyIndexTree::default();
+    let mut current_revision = 0;
+    for entry in table.iter().map_err(backend_error)? {
+        let (k, v) = entry.map_err(backend_error)?;
+        let (revision, tombstone) = RevisionKey::parse(k.value())?;
+        let fields = scan_key_value(v.value())?;
+        current_revision = revision.main;
+        if tombstone {
+            // A tombstone of a key compacted away entirely is meaningless.
+            index.tombstone(fields.key, revision);
+        } else {
+            index.restore(fields.key, revision, fields.create_revision, fields.version);
+        }
+    }
+    Ok(Loaded {
+        index,
+        current_revision: current_revision.max(compact_revision),
+        compact_revision,
+        consistent_index,
+    })
+}
+
+/// The fields of an encoded `mvccpb.KeyValue` the index needs.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct KeyValueFields<'a> {
+    pub key: &'a [u8],
+    pub create_revision: i64,
+    pub mod_revision: i64,
+    pub version: i64,
+}
+
+fn read_varint(bytes: &[u8], pos: &mut usize) -> Result<u64, MvccError> {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let Some(&byte) = bytes.get(*pos) else {
+            return Err(MvccError::Corrupt("truncated varint in KeyValue".into()));
+        };
+        *pos += 1;
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Ok(value);
+        }
+    }
+    Err(MvccError::Corrupt("overlong varint in KeyValue".into()))
+}
+
+/// Decodes key, create_revision, mod_revision and version from a protobuf
+/// `mvccpb.KeyValue` without copying or decoding the value.
+pub fn scan_key_value(bytes: &[u8]) -> Result<KeyValueFields<'_>, MvccError> {
+    let mut fields = KeyValueFields::default();
+    let mut pos = 0;
+    while pos < bytes.len() {
+        let tag = read_varint(bytes, &mut pos)?;
+        let (field, wire_type) = (tag >> 3, tag & 7);
+        match wire_type {
+            0 => {
+                let v = read_varint(bytes, &mut pos)? as i64;
+                match field {
+                    2 => fields.create_revision = v,
+                    3 => fields.mod_revision = v,
+                    4 => fields.version = v,
+                    _ => {}
+                }
+            }
+            2 => {
+                let len = read_varint(bytes, &mut pos)? as usize;
+                let end = pos
+                    .checked_add(len)
+                    .filter(|end| *end <= bytes.len())
+                    .ok_or_else(|| MvccError::Corrupt("truncated field in KeyValue".into()))?;
+                if field == 1 {
+                    fields.key = &bytes[pos..end];
+                }
+                pos = end;
+            }
+            1 => pos += 8,
+            5 => pos += 4,
+            _ => {
+                return Err(MvccError::Corrupt(format!(
+                    "unexpected wire type {wire_type} in KeyValue"
+                )))
+            }
+        }
+    }
+    if pos != bytes.len() {
+        return Err(MvccError::Corrupt("truncated KeyValue".into()));
+    }
+    Ok(fields)
+}
+
+/// One batch, written in one redb transaction.
+pub struct Batch<'a> {
+    pub records: &'a BTreeMap<Revision, (bool, Bytes)>,
+    pub deletions: &'a [RevisionKey],
+    pub consistent_index: u64,
+    pub compact_revision: Option<i64>,
+    pub durable: bool,
+}
+
+/// Writes the batch with its consistent index in one transaction; returns the
+/// bytes the file has in use afterwards.
+pub fn commit_batch(db: &Database, batch: &Batch<'_>) -> Result<i64, MvccError> {
+    let mut txn = db.begin_write().map_err(backend_error)?;
+    txn.set_durability(if batch.durable {
+        Durability::Immediate
+    } else {
+        Durability::None
+    })
+    .map_err(backend_error)?;
+    {
+        let mut table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
+        for (revision, (tombstone, value)) in batch.records {
+            let key = RevisionKey::new(*revision, *tombstone);
+            table
+                .insert(key.as_slice(), &value[..])
+                .map_err(backend_error)?;
+        }
+        // After the inserts: a record compacted while still pending is written
+        // and removed in the same transaction.
+        for key in batch.deletions {
+            table.remove(key.as_slice()).map_err(backend_error)?;
+        }
+        let mut meta = txn.open_table(META_TABLE).map_err(backend_error)?;
+        meta.insert(
+            META_CONSISTENT_INDEX,
+            &batch.consistent_index.to_be_bytes()[..],
+        )
+        .map_err(backend_error)?;
+        if let Some(revision) = batch.compact_revision {
+            meta.insert(META_SCHEDULED_COMPACT_REV, &revision.to_be_bytes()[..])
+                .map_err(backend_error)?;
+            meta.insert(META_FINISHED_COMPACT_REV, &revision.to_be_bytes()[..])
+                .map_err(backend_error)?;
+        }
+    }
+    let in_use = txn
+        .stats()
+        .map(|s| (s.allocated_pages() * s.page_size() as u64) as i64)
+        .map_err(backend_error)?;
+    txn.commit().map_err(backend_error)?;
+    Ok(in_use)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use api::mvccpb::KeyValue;
+    use prost::Message;
+
+    #[test]
+    fn scan_key_value_matches_prost_decoding() {
+        let kv = KeyValue {
+            key: Bytes::from_static(b"foo"),
+            create_revision: 300,
+            mod_revision: 1 << 40,
+            version: 7,
+            value: Bytes::from(vec![9u8; 1000]),
+            lease: 42,
+        };
+        let encoded = kv.encode_to_vec();
+        let fields = scan_key_value(&encoded).unwrap();
+        assert_eq!(
+            fields,
+            KeyValueFields {
+                key: b"foo",
+                create_revision: 300,
+                mod_revision: 1 << 40,
+                version: 7
+            }
+        );
+        assert!(scan_key_value(&encoded[..encoded.len() - 1]).is_err());
+    }
+}

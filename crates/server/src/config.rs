@@ -1,0 +1,69 @@
+//! The member's configuration, as etcd's embed.Config names it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Extra bytes gRPC accepts above `max_request_bytes`, so that an oversized
+/// request reaches our own check and gets etcd's "request is too large"
+/// (etcd's grpcOverheadBytes).
+pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub name: String,
+    pub data_dir: PathBuf,
+    pub listen_client_urls: Vec<String>,
+    pub advertise_client_urls: Vec<String>,
+    pub listen_peer_urls: Vec<String>,
+    pub initial_advertise_peer_urls: Vec<String>,
+    pub initial_cluster: String,
+    pub initial_cluster_state: String,
+    pub initial_cluster_token: String,
+    pub snapshot_count: u64,
+    pub heartbeat: Duration,
+    pub election_timeout: Duration,
+    pub max_request_bytes: usize,
+    pub max_txn_ops: usize,
+    pub quota_backend_bytes: i64,
+    /// HTTP/2 streams per client connection; None = unlimited, as etcd.
+    pub max_concurrent_streams: Option<u32>,
+}
+
+impl ServerConfig {
+    pub fn member_dir(&self) -> PathBuf {
+        self.data_dir.join("member")
+    }
+
+    pub fn backend_path(&self) -> PathBuf {
+        self.member_dir().join("snap").join("db")
+    }
+
+    /// etcd's ReqTimeout: 5 s plus two election timeouts for the expected
+    /// leader election.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_secs(5) + 2 * self.election_timeout
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            name: "default".into(),
+            data_dir: PathBuf::from("default.oxcd"),
+            listen_client_urls: vec!["http://localhost:2379".into()],
+            advertise_client_urls: vec!["http://localhost:2379".into()],
+            listen_peer_urls: vec!["http://localhost:2380".into()],
+            initial_advertise_peer_urls: vec!["http://localhost:2380".into()],
+            initial_cluster: "default=http://localhost:2380".into(),
+            initial_cluster_state: "new".into(),
+            initial_cluster_token: "etcd-cluster".into(),
+            snapshot_count: 100_000,
+            heartbeat: Duration::from_millis(100),
+            election_timeout: Duration::from_millis(1000),
+            max_request_bytes: 1536 * 1024,
+            max_txn_ops: 128,
+            quota_backend_bytes: 2 * 1024 * 1024 * 1024,
+            max_concurrent_streams: None,
+        }
+    }
+}

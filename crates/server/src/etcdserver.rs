@@ -1,0 +1,161 @@
+//! The member: proposes writes through raft and waits for their apply,
+//! serves reads (linearizable through ReadIndex, or serializable), and
+//! answers status. The gRPC services are thin layers over this.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use api::etcdserverpb::{InternalRaftRequest, RequestHeader, ResponseHeader};
+use api::rpctypes::{self, EtcdError};
+use consensus::RaftHandle;
+use mvcc::Store;
+use prost::Message;
+use tokio::sync::watch;
+
+use crate::apply::{ApplyOutcome, ApplyResponse};
+use crate::config::ServerConfig;
+use crate::errors;
+use crate::membership::Member;
+use crate::wait::Wait;
+
+/// etcd refuses new proposals once apply lags commit by this many entries
+/// (maxGapBetweenApplyAndCommitIndex): the backlog is bounded.
+pub const MAX_GAP_BETWEEN_APPLY_AND_COMMIT: u64 = 5000;
+
+pub struct EtcdServer {
+    pub cfg: ServerConfig,
+    pub store: Arc<Store>,
+    pub raft: RaftHandle,
+    pub member: Member,
+    pub cluster_id: u64,
+    pub(crate) wait: Arc<Wait<ApplyOutcome>>,
+    pub(crate) applied: watch::Receiver<u64>,
+    request_ids: RequestIdGenerator,
+}
+
+impl EtcdServer {
+    pub(crate) fn new(
+        cfg: ServerConfig,
+        store: Arc<Store>,
+        raft: RaftHandle,
+        member: Member,
+        cluster_id: u64,
+        wait: Arc<Wait<ApplyOutcome>>,
+        applied: watch::Receiver<u64>,
+    ) -> EtcdServer {
+        let request_ids = RequestIdGenerator::new(member.id);
+        EtcdServer { cfg, store, raft, member, cluster_id, wait, applied, request_ids }
+    }
+
+    /// A response header for this member at the store's current revision.
+    pub fn header(&self, revision: i64) -> ResponseHeader {
+        ResponseHeader {
+            cluster_id: self.cluster_id,
+            member_id: self.member.id,
+            revision,
+            raft_term: self.raft.status().term,
+        }
+    }
+
+    /// Completes a header that mvcc filled with its revision.
+    pub fn fill_header(&self, header: &mut Option<ResponseHeader>) {
+        let revision = match header {
+            Some(h) => h.revision,
+            None => self.store.current_revision(),
+        };
+        *header = Some(self.header(revision));
+    }
+
+    pub fn has_leader(&self) -> bool {
+        self.raft.status().leader != 0
+    }
+
+    /// Proposes one request through raft and waits until this member has
+    /// applied it (etcd's processInternalRaftRequestOnce).
+    pub async fn propose(&self, mut request: InternalRaftRequest) -> Result<ApplyResponse, EtcdError> {
+        let status = self.raft.status();
+        if status.commit_index > *self.applied.borrow() + MAX_GAP_BETWEEN_APPLY_AND_COMMIT {
+            return Err(rpctypes::REQUEST_TOO_MANY_REQUESTS);
+        }
+        let id = self.request_ids.next();
+        request.header = Some(RequestHeader { id, ..Default::default() });
+        let data = request.encode_to_vec();
+        if data.len() > self.cfg.max_request_bytes {
+            return Err(rpctypes::REQUEST_TOO_LARGE);
+        }
+
+        let deadline = tokio::time::Instant::now() + self.cfg.request_timeout();
+        let applied = self.wait.register(id);
+        match tokio::time::timeout_at(deadline, self.raft.propose(data)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                self.wait.cancel(id);
+                return Err(errors::from_consensus(&e));
+            }
+            Err(_) => {
+                self.wait.cancel(id);
+                return Err(rpctypes::TIMEOUT);
+            }
+        }
+        match tokio::time::timeout_at(deadline, applied).await {
+            Ok(Ok(outcome)) => outcome,
+            // The apply side dropped the waiter: the member is stopping.
+            Ok(Err(_)) => Err(rpctypes::STOPPED),
+            Err(_) => {
+                self.wait.cancel(id);
+                Err(rpctypes::TIMEOUT)
+            }
+        }
+    }
+
+    /// Waits until this member has applied everything committed when the
+    /// read began, as confirmed by a quorum (ReadIndex, ReadOnlySafe).
+    pub async fn linearizable_read_notify(&self) -> Result<(), EtcdError> {
+        let deadline = tokio::time::Instant::now() + self.cfg.request_timeout();
+        let read_index = match tokio::time::timeout_at(deadline, self.raft.read_index()).await {
+            Ok(Ok(index)) => index,
+            Ok(Err(consensus::ConsensusError::NoLeader)) | Err(_) => return Err(rpctypes::TIMEOUT),
+            Ok(Err(e)) => return Err(errors::from_consensus(&e)),
+        };
+        self.wait_applied(read_index, deadline).await
+    }
+
+    async fn wait_applied(&self, index: u64, deadline: tokio::time::Instant) -> Result<(), EtcdError> {
+        let mut applied = self.applied.clone();
+        match tokio::time::timeout_at(deadline, applied.wait_for(|a| *a >= index)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(rpctypes::STOPPED),
+            Err(_) => Err(rpctypes::TIMEOUT_WAIT_APPLIED_INDEX),
+        }
+    }
+
+    pub fn applied_index(&self) -> u64 {
+        *self.applied.borrow()
+    }
+}
+
+/// Unique request IDs, as etcd's idutil.Generator: the member's low 16 bits,
+/// then 40 bits of the start time in ms, then an 8-bit counter that carries
+/// into the time bits. IDs from different members and restarts never collide.
+struct RequestIdGenerator {
+    prefix: u64,
+    suffix: AtomicU64,
+}
+
+const SUFFIX_BITS: u32 = 48;
+const COUNT_BITS: u32 = 8;
+
+impl RequestIdGenerator {
+    fn new(member_id: u64) -> Self {
+        let millis = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        let prefix = (member_id & 0xffff) << SUFFIX_BITS;
+        let suffix = (millis & ((1 << 40) - 1)) << COUNT_BITS;
+        RequestIdGenerator { prefix, suffix: AtomicU64::new(suffix) }
+    }
+
+    fn next(&self) -> u64 {
+        let suffix = self.suffix.fetch_add(1, Ordering::Relaxed) + 1;
+        self.prefix | (suffix & ((1 << SUFFIX_BITS) - 1))
+    }
+}

@@ -1,0 +1,278 @@
+//! Bringing a member up and down: data dir, backend, raft, apply loop,
+//! client listeners; and a clean stop that loses nothing.
+
+use std::fs;
+use std::io::Read;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use api::etcdserverpb::cluster_server::ClusterServer;
+use api::etcdserverpb::kv_server::KvServer;
+use api::etcdserverpb::maintenance_server::MaintenanceServer;
+use consensus::{RaftConfig, Transport};
+use mvcc::Store;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::apply::Applier;
+use crate::config::{ServerConfig, GRPC_OVERHEAD_BYTES};
+use crate::etcdserver::EtcdServer;
+use crate::membership::{self, Member as MemberInfo};
+use crate::v3rpc::cluster::ClusterService;
+use crate::v3rpc::kv::KvService;
+use crate::v3rpc::maintenance::{MaintenanceService, CLUSTER_VERSION, ETCD_VERSION};
+use crate::wait::Wait;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Config(String),
+    #[error("{0}")]
+    DataDir(String),
+    #[error("failed to open backend: {0}")]
+    Backend(#[from] mvcc::MvccError),
+    #[error("failed to start raft: {0}")]
+    Raft(#[from] consensus::ConsensusError),
+    #[error("failed to listen on {url}: {error}")]
+    Listen { url: String, error: std::io::Error },
+}
+
+/// redb's file magic: a backend that does not start with it is not ours.
+const REDB_MAGIC: &[u8] = b"redb\x1a\x0a\xa9\x0d\x0a";
+
+/// A single member has no peers to send raft messages to.
+struct NoPeers;
+
+impl Transport for NoPeers {
+    fn send(&self, _msgs: Vec<raft::eraftpb::Message>) {}
+}
+
+/// A running member.
+pub struct Member {
+    pub server: Arc<EtcdServer>,
+    client_addrs: Vec<SocketAddr>,
+    shutdown: watch::Sender<bool>,
+    serving: Vec<tokio::task::JoinHandle<()>>,
+    apply_thread: Option<JoinHandle<()>>,
+}
+
+impl Member {
+    /// The addresses the client listeners are bound to (port 0 resolved).
+    pub fn client_addrs(&self) -> &[SocketAddr] {
+        &self.client_addrs
+    }
+
+    /// Stops serving, stops raft, finishes applying and commits the backend
+    /// durably. Every acknowledged write is in the WAL and in the backend.
+    pub async fn stop(mut self) {
+        tracing::info!(name = %self.server.cfg.name, "closing etcd server");
+        let _ = self.shutdown.send(true);
+        for task in self.serving.drain(..) {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+        let raft = self.server.raft.clone();
+        let apply_thread = self.apply_thread.take();
+        let _ = tokio::task::spawn_blocking(move || {
+            raft.stop();
+            if let Some(t) = apply_thread {
+                let _ = t.join();
+            }
+        })
+        .await;
+        tracing::info!(name = %self.server.cfg.name, "closed etcd server");
+    }
+}
+
+pub fn parse_url(url: &str) -> Result<SocketAddr, StartError> {
+    let parsed = url::Url::parse(url).map_err(|e| StartError::Config(format!("invalid URL {url:?}: {e}")))?;
+    match parsed.scheme() {
+        "http" => {}
+        "https" | "unixs" => {
+            return Err(StartError::Config(format!("TLS is not supported yet: {url}")));
+        }
+        other => return Err(StartError::Config(format!("URL scheme must be http, https, unix or unixs: {other}"))),
+    }
+    let host = parsed.host_str().ok_or_else(|| StartError::Config(format!("URL has no host: {url}")))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = parsed.port().ok_or_else(|| StartError::Config(format!("URL address does not have the form \"host:port\": {url}")))?;
+    let host = if host == "localhost" { "127.0.0.1" } else { host };
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| StartError::Config(format!("cannot resolve {url}: {e}")))?
+        .next()
+        .ok_or_else(|| StartError::Config(format!("cannot resolve {url}")))
+}
+
+/// etcd's data dir shape, refusing a dir that holds etcd's own bbolt files.
+fn prepare_data_dir(cfg: &ServerConfig) -> Result<bool, StartError> {
+    let member = cfg.member_dir();
+    let existed = member.join("wal").exists();
+    for dir in [member.join("wal"), member.join("snap")] {
+        fs::create_dir_all(&dir).map_err(|e| StartError::DataDir(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = fs::set_permissions(&cfg.data_dir, fs::Permissions::from_mode(0o700));
+    }
+    check_backend_is_ours(&cfg.backend_path())?;
+    Ok(existed)
+}
+
+fn check_backend_is_ours(path: &Path) -> Result<(), StartError> {
+    let Ok(mut file) = fs::File::open(path) else { return Ok(()) };
+    let mut magic = [0u8; 9];
+    match file.read_exact(&mut magic) {
+        Ok(()) if magic == REDB_MAGIC => Ok(()),
+        // A zero-length file is what a crash during creation leaves.
+        _ if file.metadata().map(|m| m.len() == 0).unwrap_or(false) => Ok(()),
+        _ => Err(StartError::DataDir(format!(
+            "{} is not an oxcd backend (it looks like an etcd bbolt database); oxcd does not open etcd's data files: \
+             restore an etcd snapshot into a fresh oxcd data dir instead",
+            path.display()
+        ))),
+    }
+}
+
+/// Starts a member: returns once its client listeners are bound.
+pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
+    let cluster = membership::parse_initial_cluster(&cfg.initial_cluster).map_err(StartError::Config)?;
+    let Some((_, own_urls)) = cluster.iter().find(|(name, _)| *name == cfg.name) else {
+        return Err(StartError::Config(format!(
+            "couldn't find local name {:?} in the initial cluster configuration",
+            cfg.name
+        )));
+    };
+    let member_ids: Vec<u64> =
+        cluster.iter().map(|(_, urls)| membership::member_id(urls, &cfg.initial_cluster_token)).collect();
+    let member = MemberInfo {
+        id: membership::member_id(own_urls, &cfg.initial_cluster_token),
+        name: cfg.name.clone(),
+        peer_urls: own_urls.clone(),
+        client_urls: cfg.advertise_client_urls.clone(),
+        is_learner: false,
+    };
+    let cluster_id = membership::cluster_id(&member_ids);
+    if member_ids.len() > 1 {
+        return Err(StartError::Config(
+            "multi-member clusters are not supported yet: --initial-cluster must name one member".to_string(),
+        ));
+    }
+    let client_addrs: Vec<SocketAddr> =
+        cfg.listen_client_urls.iter().map(|u| parse_url(u)).collect::<Result<_, _>>()?;
+
+    let existed = prepare_data_dir(&cfg)?;
+    tracing::info!(
+        etcd_version = ETCD_VERSION,
+        oxcd_version = env!("CARGO_PKG_VERSION"),
+        name = %cfg.name,
+        data_dir = %cfg.data_dir.display(),
+        member_initialized = existed,
+        "starting an etcd server"
+    );
+    let backend_path = cfg.backend_path();
+    let store = {
+        let path = backend_path.clone();
+        tokio::task::spawn_blocking(move || Store::open(&path))
+            .await
+            .map_err(|e| StartError::Config(format!("backend open task failed: {e}")))??
+    };
+    let store = Arc::new(store);
+    tracing::info!(path = %backend_path.display(), consistent_index = store.consistent_index(),
+        revision = store.current_revision(), "opened backend db");
+
+    let raft_cfg = RaftConfig {
+        id: member.id,
+        member_dir: cfg.member_dir(),
+        voters: member_ids.clone(),
+        heartbeat: cfg.heartbeat,
+        election_timeout: cfg.election_timeout,
+        applied: store.consistent_index(),
+        cluster_id,
+    };
+    let (raft, committed) = consensus::start(raft_cfg, Arc::new(NoPeers))?;
+    tracing::info!(local_member_id = %format!("{:x}", member.id), cluster_id = %format!("{:x}", cluster_id),
+        "starting local member");
+
+    let wait = Arc::new(Wait::default());
+    let (applied_tx, applied_rx) = watch::channel(store.consistent_index());
+    let applier = Applier {
+        store: store.clone(),
+        raft: raft.clone(),
+        wait: wait.clone(),
+        applied: applied_tx,
+        snapshot_count: cfg.snapshot_count.max(1),
+    };
+    let apply_thread = std::thread::Builder::new()
+        .name("apply".into())
+        .spawn(move || applier.run(committed))
+        .map_err(|e| StartError::Config(format!("cannot start the apply thread: {e}")))?;
+
+    let server = Arc::new(EtcdServer::new(cfg.clone(), store, raft, member, cluster_id, wait, applied_rx));
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let mut bound = Vec::new();
+    let mut serving = Vec::new();
+    for (url, addr) in cfg.listen_client_urls.iter().zip(client_addrs) {
+        let listener =
+            TcpListener::bind(addr).await.map_err(|error| StartError::Listen { url: url.clone(), error })?;
+        let local = listener.local_addr().map_err(|error| StartError::Listen { url: url.clone(), error })?;
+        bound.push(local);
+        serving.push(tokio::spawn(serve_clients(server.clone(), listener, shutdown_rx.clone())));
+        tracing::warn!(address = %local, "serving client traffic insecurely; this is strongly discouraged!");
+    }
+    tokio::spawn(announce_when_ready(server.clone()));
+    Ok(Member { server, client_addrs: bound, shutdown, serving, apply_thread: Some(apply_thread) })
+}
+
+async fn serve_clients(server: Arc<EtcdServer>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+    let max_request = server.cfg.max_request_bytes + GRPC_OVERHEAD_BYTES;
+    let kv = KvServer::new(KvService::new(server.clone()))
+        .max_decoding_message_size(max_request)
+        .max_encoding_message_size(usize::MAX);
+    let maintenance = MaintenanceServer::new(MaintenanceService::new(server.clone()))
+        .max_decoding_message_size(max_request)
+        .max_encoding_message_size(usize::MAX);
+    let cluster = ClusterServer::new(ClusterService::new(server.clone()))
+        .max_decoding_message_size(max_request)
+        .max_encoding_message_size(usize::MAX);
+    let incoming = TcpListenerStream::new(listener);
+    let result = tonic::transport::Server::builder()
+        .max_concurrent_streams(server.cfg.max_concurrent_streams)
+        .tcp_nodelay(true)
+        .http2_keepalive_interval(Some(Duration::from_secs(2 * 60 * 60)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .add_service(kv)
+        .add_service(maintenance)
+        .add_service(cluster)
+        .serve_with_incoming_shutdown(incoming, async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        })
+        .await;
+    if let Err(e) = result {
+        tracing::error!(error = %e, "client listener stopped");
+    }
+}
+
+/// The lifecycle lines operators wait for, once this member has a leader
+/// and has applied what was committed before it started serving.
+async fn announce_when_ready(server: Arc<EtcdServer>) {
+    loop {
+        let status = server.raft.status();
+        if status.leader != 0 && server.applied_index() >= status.commit_index {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tracing::info!(
+        local_member_id = %format!("{:x}", server.member.id),
+        local_member_attributes = %format!("{{Name:{} ClientURLs:[{}]}}", server.member.name, server.member.client_urls.join(" ")),
+        cluster_id = %format!("{:x}", server.cluster_id),
+        "published local member to cluster through raft"
+    );
+    tracing::info!(cluster_version = CLUSTER_VERSION, "enabled capabilities for version");
+    tracing::info!("ready to serve client requests");
+}

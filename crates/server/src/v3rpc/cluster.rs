@@ -1,0 +1,64 @@
+//! The Cluster service: membership as this member knows it. Changing
+//! membership arrives with the multi-member issue (Unimplemented until then).
+
+use std::sync::Arc;
+
+use api::etcdserverpb::cluster_server::Cluster;
+use api::etcdserverpb::{
+    Member as PbMember, MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse,
+    MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse, MemberUpdateRequest,
+    MemberUpdateResponse,
+};
+use tonic::{Request, Response, Status};
+
+use crate::etcdserver::EtcdServer;
+use crate::v3rpc::check_require_leader;
+
+pub struct ClusterService {
+    server: Arc<EtcdServer>,
+}
+
+impl ClusterService {
+    pub fn new(server: Arc<EtcdServer>) -> Self {
+        ClusterService { server }
+    }
+}
+
+#[tonic::async_trait]
+impl Cluster for ClusterService {
+    async fn member_add(&self, _: Request<MemberAddRequest>) -> Result<Response<MemberAddResponse>, Status> {
+        Err(Status::unimplemented("MemberAdd is not implemented yet"))
+    }
+
+    async fn member_remove(&self, _: Request<MemberRemoveRequest>) -> Result<Response<MemberRemoveResponse>, Status> {
+        Err(Status::unimplemented("MemberRemove is not implemented yet"))
+    }
+
+    async fn member_update(&self, _: Request<MemberUpdateRequest>) -> Result<Response<MemberUpdateResponse>, Status> {
+        Err(Status::unimplemented("MemberUpdate is not implemented yet"))
+    }
+
+    async fn member_list(&self, request: Request<MemberListRequest>) -> Result<Response<MemberListResponse>, Status> {
+        check_require_leader(&self.server, &request)?;
+        if request.get_ref().linearizable {
+            self.server.linearizable_read_notify().await?;
+        }
+        let m = &self.server.member;
+        let member = PbMember {
+            id: m.id,
+            name: m.name.clone(),
+            peer_ur_ls: m.peer_urls.clone(),
+            client_ur_ls: m.client_urls.clone(),
+            is_learner: m.is_learner,
+        };
+        let header = self.server.header(self.server.store.current_revision());
+        Ok(Response::new(MemberListResponse { header: Some(header), members: vec![member] }))
+    }
+
+    async fn member_promote(
+        &self,
+        _: Request<MemberPromoteRequest>,
+    ) -> Result<Response<MemberPromoteResponse>, Status> {
+        Err(Status::unimplemented("MemberPromote is not implemented yet"))
+    }
+}

@@ -1,1 +1,327 @@
+//! # consensus: the raft layer of oxcd
+//!
+//! This crate owns a member's raft state: the raft-rs [`raft::RawNode`], the
+//! write-ahead log ([`wal`]), the raft snapshot files ([`snap`]) and the loop
+//! that drives them. It hands committed entries, in index order, to the apply
+//! side and never looks inside them: payloads are opaque bytes (it must never
+//! depend on `mvcc` or `api`).
+//!
+//! ## The loop (one dedicated thread, [`start`])
+//!
+//! The raft thread is the only code that touches the `RawNode`. Everything
+//! else reaches it through a bounded channel ([`RaftHandle`]) or through two
+//! atomics plus a wake-up (applied index, snapshot requests). Each turn it:
+//!
+//! 1. waits for input, a wake-up or the next tick (every heartbeat interval);
+//! 2. drains everything queued (at most [`INPUT_QUEUE_CAPACITY`]), so N
+//!    concurrent proposals share one Ready and one fdatasync (group commit);
+//! 3. handles each Ready: sends leader messages, persists snapshot, entries
+//!    and hard state to the WAL with ONE fdatasync, sends follower messages,
+//!    answers ReadIndex waiters, advances, and hands committed entries to the
+//!    apply side through a bounded tokio channel;
+//! 4. publishes a [`RaftStatus`] that [`RaftHandle::status`] reads without a
+//!    round trip.
+//!
+//! Conf-change entries are applied to the `RawNode` by the raft thread when
+//! they are handed out (the apply side still receives them, to update its
+//! member list).
+//!
+//! ## Invariants
+//!
+//! - An entry reaches the apply side only after the WAL record holding it is
+//!   fdatasync'ed (raft-rs releases committed entries only once persisted).
+//! - Committed entries leave in strictly increasing index order, each once per
+//!   process lifetime; after a restart everything above the caller's
+//!   `applied` index is handed out again (apply must be idempotent by index).
+//! - WAL segments are released only up to an index passed to
+//!   [`RaftHandle::snapshot`], which the caller promises a DURABLE backend
+//!   commit covers. Release follows the snapshot file and the WAL snapshot
+//!   marker being synced. Break this and a kill -9 loses acknowledged writes.
+//! - Snapshot counting is the caller's: the apply side knows when a durable
+//!   commit happened, so it decides when to call `snapshot` (etcd:
+//!   every `--snapshot-count` applied entries).
+//!
+//! ## On disk (`<member_dir>`)
+//!
+//! `wal/%016x-%016x.wal` (see [`wal`] for the record layout) and
+//! `snap/%016x-%016x.snap` (see [`snap`]). `snap/db` belongs to the backend.
 
+pub mod logger;
+mod node;
+pub mod snap;
+pub mod wal;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use raft::eraftpb;
+use tokio::sync::{mpsc, oneshot, Notify};
+
+pub use raft;
+pub use snap::SnapError;
+pub use wal::WalError;
+
+/// Proposals, read requests and peer messages queued to the raft thread.
+/// Bounded for backpressure; one drain's worth forms one Ready (group
+/// commit), so it is also the largest group commit.
+pub const INPUT_QUEUE_CAPACITY: usize = 4096;
+
+/// Committed batches queued for the apply side. When apply falls this far
+/// behind the raft thread blocks (as etcd's unbuffered applyc does).
+pub const COMMITTED_QUEUE_CAPACITY: usize = 1024;
+
+/// Entries kept in memory below a snapshot so slow followers can catch up
+/// from the log rather than a snapshot (etcd's SnapshotCatchUpEntries).
+pub const SNAPSHOT_CATCH_UP_ENTRIES: u64 = 5000;
+
+/// raft-rs message size cap (etcd's maxSizePerMsg).
+pub const MAX_SIZE_PER_MSG: u64 = 1024 * 1024;
+
+/// raft-rs inflight append window (etcd's maxInflightMsgs).
+pub const MAX_INFLIGHT_MSGS: usize = 512;
+
+/// ReadIndex rounds in flight at once; later requests wait for the next round.
+pub const MAX_READ_ROUNDS_IN_FLIGHT: usize = 64;
+
+#[derive(Clone, Debug)]
+pub struct RaftConfig {
+    /// This member's raft id.
+    pub id: u64,
+    /// `<data-dir>/member`; `wal/` and `snap/` are created under it.
+    pub member_dir: PathBuf,
+    /// Voters of the bootstrap configuration; used only when the WAL is new.
+    pub voters: Vec<u64>,
+    pub heartbeat: Duration,
+    pub election_timeout: Duration,
+    /// Applied index durable in the backend (its consistent index).
+    pub applied: u64,
+    /// Recorded in a new WAL's metadata.
+    pub cluster_id: u64,
+}
+
+/// Tunables a member does not change; tests shrink them.
+#[derive(Clone, Debug, Default)]
+pub struct StartOptions {
+    pub wal: wal::WalOptions,
+}
+
+/// Committed entries (normal and conf change, including raft's empty entries
+/// at each new term), in index order.
+#[derive(Clone, Debug)]
+pub struct CommittedBatch {
+    pub entries: Vec<eraftpb::Entry>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RaftStatus {
+    pub id: u64,
+    pub leader: u64,
+    pub term: u64,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    pub is_leader: bool,
+    pub leader_changes: u64,
+}
+
+/// Delivers raft messages to peers. Must not block: queue and return.
+pub trait Transport: Send + Sync {
+    fn send(&self, msgs: Vec<eraftpb::Message>);
+}
+
+/// The transport of a single-member cluster: there is nobody to talk to.
+pub struct NoopTransport;
+
+impl Transport for NoopTransport {
+    fn send(&self, _msgs: Vec<eraftpb::Message>) {}
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConsensusError {
+    #[error("etcdserver: no leader")]
+    NoLeader,
+    #[error("raft proposal dropped")]
+    ProposalDropped,
+    #[error("etcdserver: server stopped")]
+    Stopped,
+    #[error("etcdserver: request timed out")]
+    Timeout,
+    #[error(transparent)]
+    Wal(#[from] WalError),
+    #[error(transparent)]
+    Snap(#[from] SnapError),
+    #[error("corrupt raft state: {0}")]
+    Corrupt(String),
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+    #[error("invalid raft config: {0}")]
+    Config(String),
+}
+
+pub(crate) enum Input {
+    Propose {
+        data: Vec<u8>,
+        reply: oneshot::Sender<Result<(), ConsensusError>>,
+    },
+    ReadIndex {
+        reply: oneshot::Sender<Result<u64, ConsensusError>>,
+    },
+    Step(eraftpb::Message),
+}
+
+/// State shared between handles and the raft thread without a channel.
+pub(crate) struct Shared {
+    /// Highest applied index reported by the apply side.
+    pub applied: AtomicU64,
+    /// Highest index the apply side asked to snapshot at (durable in backend).
+    pub snapshot_request: AtomicU64,
+    pub stopping: AtomicBool,
+    /// Wakes the raft thread for the atomics above.
+    pub wake: Notify,
+    pub status: parking_lot::Mutex<RaftStatus>,
+    pub wal_syncs: AtomicU64,
+}
+
+struct HandleInner {
+    input: mpsc::Sender<Input>,
+    shared: Arc<Shared>,
+    thread: parking_lot::Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The way into the raft thread. Cheap to clone; all clones drive one node.
+#[derive(Clone)]
+pub struct RaftHandle {
+    inner: Arc<HandleInner>,
+}
+
+/// Starts the raft thread for the member in `cfg.member_dir`: loads the
+/// newest snapshot and the WAL after it (creating both for a new member),
+/// and returns the handle and the committed-entries receiver.
+pub fn start(
+    cfg: RaftConfig,
+    transport: Arc<dyn Transport>,
+) -> Result<(RaftHandle, mpsc::Receiver<CommittedBatch>), ConsensusError> {
+    start_with_options(cfg, transport, StartOptions::default())
+}
+
+/// [`start`] with non-default tunables.
+pub fn start_with_options(
+    cfg: RaftConfig,
+    transport: Arc<dyn Transport>,
+    options: StartOptions,
+) -> Result<(RaftHandle, mpsc::Receiver<CommittedBatch>), ConsensusError> {
+    let (input_tx, input_rx) = mpsc::channel(INPUT_QUEUE_CAPACITY);
+    let (committed_tx, committed_rx) = mpsc::channel(COMMITTED_QUEUE_CAPACITY);
+    let shared = Arc::new(Shared {
+        applied: AtomicU64::new(cfg.applied),
+        snapshot_request: AtomicU64::new(0),
+        stopping: AtomicBool::new(false),
+        wake: Notify::new(),
+        status: parking_lot::Mutex::new(RaftStatus {
+            id: cfg.id,
+            applied_index: cfg.applied,
+            ..Default::default()
+        }),
+        wal_syncs: AtomicU64::new(0),
+    });
+    let node = node::Node::load(
+        &cfg,
+        &options,
+        transport,
+        input_rx,
+        committed_tx,
+        shared.clone(),
+    )?;
+    let thread = std::thread::Builder::new()
+        .name(format!("raft-{:x}", cfg.id))
+        .spawn(move || node.run())?;
+    let handle = RaftHandle {
+        inner: Arc::new(HandleInner {
+            input: input_tx,
+            shared,
+            thread: parking_lot::Mutex::new(Some(thread)),
+        }),
+    };
+    Ok((handle, committed_rx))
+}
+
+impl RaftHandle {
+    /// Queues `data` as a raft proposal. Resolves once raft accepted it (not
+    /// once committed: wait on the apply side for that). Waits while the
+    /// input queue is full.
+    pub async fn propose(&self, data: Vec<u8>) -> Result<(), ConsensusError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Input::Propose { data, reply }).await?;
+        rx.await.map_err(|_| ConsensusError::Stopped)?
+    }
+
+    /// A linearizable read index (ReadOnlySafe): the commit index confirmed
+    /// by a quorum heartbeat round after this call. Concurrent callers share
+    /// one round. Wait for applied ≥ the result before reading locally.
+    pub async fn read_index(&self) -> Result<u64, ConsensusError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Input::ReadIndex { reply }).await?;
+        rx.await.map_err(|_| ConsensusError::Stopped)?
+    }
+
+    /// Hands a raft message from a peer to the raft thread.
+    pub async fn step(&self, msg: eraftpb::Message) -> Result<(), ConsensusError> {
+        self.send(Input::Step(msg)).await
+    }
+
+    async fn send(&self, input: Input) -> Result<(), ConsensusError> {
+        if self.inner.shared.stopping.load(Ordering::Acquire) {
+            return Err(ConsensusError::Stopped);
+        }
+        self.inner
+            .input
+            .send(input)
+            .await
+            .map_err(|_| ConsensusError::Stopped)
+    }
+
+    /// The apply side has applied everything up to `index`.
+    pub fn report_applied(&self, index: u64) {
+        self.inner.shared.applied.fetch_max(index, Ordering::AcqRel);
+        self.inner.shared.wake.notify_one();
+    }
+
+    /// A durable backend commit covers `index`: write a snapshot file at it,
+    /// compact the in-memory log and release WAL segments below it. Never
+    /// call this with an index that is applied but not yet durable.
+    pub fn snapshot(&self, index: u64) {
+        self.inner
+            .shared
+            .snapshot_request
+            .fetch_max(index, Ordering::AcqRel);
+        self.inner.shared.wake.notify_one();
+    }
+
+    /// The status published after the last Ready; no round trip.
+    pub fn status(&self) -> RaftStatus {
+        self.inner.shared.status.lock().clone()
+    }
+
+    /// fdatasync calls the WAL has made since start (for metrics and tests).
+    pub fn wal_sync_count(&self) -> u64 {
+        self.inner.shared.wal_syncs.load(Ordering::Acquire)
+    }
+
+    /// Stops the raft thread: it finishes the Ready in hand, syncs the WAL,
+    /// fails queued requests with `Stopped` and closes the committed channel.
+    /// Blocks until the thread has exited; idempotent.
+    pub fn stop(&self) {
+        self.inner.shared.stopping.store(true, Ordering::Release);
+        self.inner.shared.wake.notify_one();
+        let thread = self.inner.thread.lock().take();
+        if let Some(thread) = thread {
+            if thread.join().is_err() {
+                tracing::error!("raft thread panicked");
+            }
+        }
+    }
+}

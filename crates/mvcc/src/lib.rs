@@ -1,1 +1,119 @@
+//! Multi-version key-value storage for oxcd, the role of etcd's `mvcc` and
+//! `mvcc/backend` packages.
+//!
+//! # What it owns
+//!
+//! * The **global revision**: each write transaction that changes at least
+//!   one key takes `main = current + 1`; its operations take `sub = 0, 1, 2…`.
+//!   A fresh store is at revision 1 (as etcd), so the first write is 2.
+//! * The **key index** ([`key_index`]): per key, etcd's generations of
+//!   revisions (created revision, version counter, revisions; a delete appends
+//!   a tombstone and opens an empty generation). Only revisions live in
+//!   memory — never values.
+//! * The **redb file** (layout below) and the **pending batch**: writes that
+//!   `TxnWrite::end` published but `Store::commit` has not written yet.
+//! * The etcd semantics of Range / Put / DeleteRange / Txn / Compact, down to
+//!   etcdserver/apply.go's filter, sort and compare rules.
+//!
+//! # What it never does
+//!
+//! No networking, no async runtime, no raft, no lease or auth checks (the
+//! server checks a lease exists before a put; we only store its id), no
+//! request validation that etcd does before apply (empty key, txn duplicate
+//! keys, value with ignore_value): callers validate, as etcd's server does.
+//!
+//! # Usage
+//!
+//! ```no_run
+//! # use mvcc::Store;
+//! # use api::etcdserverpb::{PutRequest, RangeRequest};
+//! let store = Store::open(std::path::Path::new("db"))?;
+//! let mut txn = store.write(7); // raft index 7 is being applied
+//! txn.put(&PutRequest { key: "foo".into(), value: "bar".into(), ..Default::default() })?;
+//! let result = txn.end(); // revision 2, one PUT event
+//! store.commit(false)?; // batch to redb; `true` fsyncs it
+//! let got = store.range(&RangeRequest { key: "foo".into(), ..Default::default() })?;
+//! # Ok::<(), mvcc::MvccError>(())
+//! ```
+//!
+//! # On-disk layout (format version 1)
+//!
+//! One redb 4 database with two tables.
+//!
+//! Table `key` (`&[u8]` → `&[u8]`): one record per change.
+//!
+//! | bytes | content |
+//! |---|---|
+//! | 0..8 | main revision, i64 big-endian (non-negative) |
+//! | 8 | `b'_'` |
+//! | 9..17 | sub revision, i64 big-endian (non-negative) |
+//! | 17 | only on deletions: `b't'` (tombstone mark; key is then 18 bytes) |
+//!
+//! Value: a protobuf `mvccpb.KeyValue` (prost encoding). A put stores the full
+//! KeyValue (key, create_revision, mod_revision, version, value, lease); a
+//! tombstone stores `KeyValue { key }` only. Byte order of the keys is
+//! revision order, so a scan of the table replays history.
+//!
+//! Table `meta` (`&str` → `&[u8]`):
+//!
+//! | key | value |
+//! |---|---|
+//! | `consistent_index` | u64 big-endian: last raft index whose effects the file holds |
+//! | `scheduledCompactRev` | i64 big-endian: last compaction requested |
+//! | `finishedCompactRev` | i64 big-endian: last compaction whose deletions are in the file |
+//! | `mvcc_format_version` | u32 big-endian: 1 |
+//!
+//! Other tables (lease, auth, members, alarm) may be added by the server's
+//! own crates in the same file later; this crate reads only these two.
+//!
+//! # Invariants
+//!
+//! * The consistent index is written in the same redb transaction as the
+//!   records it covers. A commit is `Durability::None` unless asked durable
+//!   (`Immediate`); [`Store::durable_consistent_index`] is what an
+//!   `Immediate` commit covered, the only index up to which the WAL may go.
+//! * Readers see published-but-uncommitted writes: values are looked up in
+//!   the pending overlay first, then in a redb read transaction begun after
+//!   the overlay miss. The writer removes overlay entries only after the redb
+//!   commit returned, so a miss always finds the record in redb.
+//! * Revisions only grow (asserted in the key index and at `end`).
+//! * One writer at a time (`write`, `compact`, `commit` and
+//!   `set_consistent_index` take the writer lock): never call `commit` or
+//!   `compact` on a thread that holds a [`TxnWrite`].
+//! * A compaction at `rev` keeps, for each key, its latest revision at `rev`
+//!   (unless that is a tombstone) and everything after; the records it drops
+//!   leave the file at the next commit together with `finishedCompactRev`.
+//! * On open, the index is rebuilt from the `key` table; the current revision
+//!   is the highest revision in it, or the finished compaction revision if
+//!   higher, or 1. Uncommitted writes are lost: the WAL replays them.
 
+mod backend;
+pub mod key_index;
+mod range;
+pub mod revision;
+mod store;
+mod txn;
+
+pub use backend::{scan_key_value, KeyValueFields};
+pub use revision::{Revision, RevisionKey};
+pub use store::Store;
+pub use txn::{is_txn_read_only, TxnWrite, WriteResult};
+
+/// Errors of the store; Display strings are etcd's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MvccError {
+    #[error("mvcc: required revision has been compacted")]
+    Compacted,
+    #[error("mvcc: required revision is a future revision")]
+    FutureRev,
+    /// A put with ignore_value/ignore_lease on a missing key.
+    #[error("etcdserver: key not found")]
+    KeyNotFound,
+    #[error("mvcc: backend: {0}")]
+    Backend(String),
+    #[error("mvcc: corrupt data: {0}")]
+    Corrupt(String),
+}
+
+#[cfg(test)]
+mod tests;

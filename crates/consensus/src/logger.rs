@@ -1,0 +1,62 @@
+//! raft-rs logs through `slog`; this drain turns each slog record into a
+//! `tracing` event (target `raft`) so raft's lines land in the member's log.
+//!
+//! Lines are prefixed with the member id in hex, as etcd's raft logger does,
+//! so `8e9e05c52164694d became leader at term 2` appears verbatim; the
+//! remaining key-values follow as `key=value`.
+
+use std::fmt::{self, Write as _};
+
+use slog::{Drain, Key, Level, OwnedKVList, Record, Serializer, KV};
+
+/// The slog drain that forwards to `tracing`.
+pub struct TracingDrain;
+
+struct Collect {
+    raft_id: Option<u64>,
+    pairs: String,
+}
+
+impl Serializer for Collect {
+    fn emit_arguments(&mut self, key: Key, val: &fmt::Arguments) -> slog::Result {
+        if key == "raft_id" {
+            if let Ok(id) = val.to_string().parse::<u64>() {
+                self.raft_id = Some(id);
+                return Ok(());
+            }
+        }
+        let _ = write!(self.pairs, " {key}={val}");
+        Ok(())
+    }
+}
+
+impl Drain for TracingDrain {
+    type Ok = ();
+    type Err = slog::Never;
+
+    fn log(&self, record: &Record, values: &OwnedKVList) -> Result<(), slog::Never> {
+        let mut kv = Collect {
+            raft_id: None,
+            pairs: String::new(),
+        };
+        let _ = record.kv().serialize(record, &mut kv);
+        let _ = values.serialize(record, &mut kv);
+        let line = match kv.raft_id {
+            Some(id) => format!("{id:x} {}{}", record.msg(), kv.pairs),
+            None => format!("{}{}", record.msg(), kv.pairs),
+        };
+        match record.level() {
+            Level::Critical | Level::Error => tracing::error!(target: "raft", "{line}"),
+            Level::Warning => tracing::warn!(target: "raft", "{line}"),
+            Level::Info => tracing::info!(target: "raft", "{line}"),
+            Level::Debug => tracing::debug!(target: "raft", "{line}"),
+            Level::Trace => tracing::trace!(target: "raft", "{line}"),
+        }
+        Ok(())
+    }
+}
+
+/// A slog logger for raft-rs that writes through `tracing`.
+pub fn raft_logger() -> slog::Logger {
+    slog::Logger::root(TracingDrain, slog::o!())
+}

@@ -1,0 +1,398 @@
+//! The store: key index + pending batch + redb file, and the read path.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+
+use api::etcdserverpb::{RangeRequest, RangeResponse};
+use api::mvccpb::KeyValue;
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock, RwLockUpgradableReadGuard};
+use prost::Message;
+use redb::{Database, ReadOnlyTable, ReadableDatabase, ReadableTable};
+
+use crate::backend::{self, backend_error, Batch, KEY_TABLE};
+use crate::key_index::{KeyIndexTree, RangeEnd};
+use crate::range;
+use crate::revision::{Revision, RevisionKey};
+use crate::txn::TxnWrite;
+use crate::MvccError;
+
+/// etcd starts a fresh store at revision 1, so the first write is revision 2.
+const INITIAL_REVISION: i64 = 1;
+/// Compaction revision before any compaction: every revision is readable and
+/// `compact(0)` is accepted, as etcd's initial compactMainRev of -1.
+const NO_COMPACTION: i64 = -1;
+
+/// Index and revision window, changed together under one lock so that a reader
+/// never walks an index compacted past the revision it validated.
+pub(crate) struct IndexState {
+    pub tree: KeyIndexTree,
+    pub current_revision: i64,
+    pub compact_revision: i64,
+}
+
+/// Applied but not yet committed to redb.
+#[derive(Default)]
+pub(crate) struct Pending {
+    /// revision → (is_tombstone, encoded KeyValue)
+    pub records: BTreeMap<Revision, (bool, Bytes)>,
+    /// Records dropped by compaction, deleted at the next commit.
+    pub deletions: Vec<RevisionKey>,
+    pub compact_revision: Option<i64>,
+    pub consistent_index: u64,
+    /// The consistent index (or anything else) differs from the file.
+    pub dirty: bool,
+}
+
+/// An etcd v3 MVCC key-value store over one redb file. Readers on any thread;
+/// writes (`write`, `compact`, `commit`, `set_consistent_index`) from one
+/// thread, serialized by an internal writer lock.
+pub struct Store {
+    db: Database,
+    path: PathBuf,
+    pub(crate) state: RwLock<IndexState>,
+    pub(crate) pending: RwLock<Pending>,
+    pub(crate) writer: Mutex<()>,
+    consistent_index: AtomicU64,
+    durable_consistent_index: AtomicU64,
+    size_in_use: AtomicI64,
+    pub(crate) events_prev_kv: AtomicBool,
+}
+
+impl Store {
+    /// Creates or opens the file and rebuilds the key index from it.
+    pub fn open(path: &Path) -> Result<Store, MvccError> {
+        let db = backend::open_database(path)?;
+        let loaded = backend::load(&db)?;
+        let compact_revision = if loaded.compact_revision > 0 {
+            loaded.compact_revision
+        } else {
+            NO_COMPACTION
+        };
+        let size = std::fs::metadata(path).map(|m| m.len() as i64).unwrap_or(0);
+        Ok(Store {
+            db,
+            path: path.to_path_buf(),
+            state: RwLock::new(IndexState {
+                tree: loaded.index,
+                current_revision: loaded.current_revision.max(INITIAL_REVISION),
+                compact_revision,
+            }),
+            pending: RwLock::new(Pending {
+                consistent_index: loaded.consistent_index,
+                ..Pending::default()
+            }),
+            writer: Mutex::new(()),
+            consistent_index: AtomicU64::new(loaded.consistent_index),
+            durable_consistent_index: AtomicU64::new(loaded.consistent_index),
+            size_in_use: AtomicI64::new(size),
+            events_prev_kv: AtomicBool::new(true),
+        })
+    }
+
+    /// Last raft index recorded, committed or not.
+    pub fn consistent_index(&self) -> u64 {
+        self.consistent_index.load(Ordering::Acquire)
+    }
+
+    /// Raft index covered by the last `Durability::Immediate` commit (or what
+    /// the file held when opened). WAL entries up to it may be released.
+    pub fn durable_consistent_index(&self) -> u64 {
+        self.durable_consistent_index.load(Ordering::Acquire)
+    }
+
+    /// Records the index of a raft entry that changes no key.
+    pub fn set_consistent_index(&self, index: u64) {
+        let _writer = self.writer.lock();
+        self.record_consistent_index(index);
+    }
+
+    pub(crate) fn record_consistent_index(&self, index: u64) {
+        let mut pending = self.pending.write();
+        if pending.consistent_index != index {
+            pending.consistent_index = index;
+            pending.dirty = true;
+        }
+        self.consistent_index.store(index, Ordering::Release);
+    }
+
+    pub fn current_revision(&self) -> i64 {
+        self.state.read().current_revision
+    }
+
+    /// The finished compaction revision, 0 if none.
+    pub fn compact_revision(&self) -> i64 {
+        self.state.read().compact_revision.max(0)
+    }
+
+    /// Whether write events carry `prev_kv` (costs one value read per
+    /// changed key). On by default.
+    pub fn set_events_prev_kv(&self, enabled: bool) {
+        self.events_prev_kv.store(enabled, Ordering::Relaxed);
+    }
+
+    pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
+        let fetch_limit = range::fetch_limit(req);
+        let (revisions, count, read_revision, current) = {
+            let state = self.state.read();
+            let current = state.current_revision;
+            let read_revision =
+                range::resolve_revision(req.revision, current, state.compact_revision)?;
+            let (revisions, count) = state.tree.revisions(
+                &req.key,
+                RangeEnd::from_request(&req.range_end),
+                read_revision,
+                fetch_limit,
+                req.count_only,
+            );
+            (revisions, count, read_revision, current)
+        };
+        let kvs = ValueReader::new(self).get_many(&revisions, read_revision, |_| None)?;
+        Ok(range::finish(req, kvs, count, current))
+    }
+
+    /// Begins the one write transaction; blocks while another is alive, so
+    /// never call `commit`/`compact` on the same thread while holding one.
+    pub fn write(&self, consistent_index: u64) -> TxnWrite<'_> {
+        let writer = self.writer.lock();
+        let begin_revision = self.current_revision();
+        TxnWrite::new(self, writer, begin_revision, consistent_index)
+    }
+
+    /// Compacts the history at `revision`: reads below it fail with
+    /// Compacted afterwards. The dropped records leave the file at the next
+    /// commit, in the same transaction as finishedCompactRev.
+    pub fn compact(&self, revision: i64, consistent_index: u64) -> Result<(), MvccError> {
+        let _writer = self.writer.lock();
+        let dropped = {
+            let mut state = self.state.write();
+            if revision <= state.compact_revision {
+                return Err(MvccError::Compacted);
+            }
+            if revision > state.current_revision {
+                return Err(MvccError::FutureRev);
+            }
+            state.compact_revision = revision;
+            state.tree.compact(revision)
+        };
+        {
+            let mut pending = self.pending.write();
+            pending.deletions.extend(
+                dropped
+                    .into_iter()
+                    .map(|(revision, tombstone)| RevisionKey::new(revision, tombstone)),
+            );
+            pending.compact_revision = Some(revision);
+            pending.dirty = true;
+        }
+        self.record_consistent_index(consistent_index);
+        Ok(())
+    }
+
+    /// Writes the pending batch and the consistent index to redb in one
+    /// transaction; fsynced when `durable`.
+    pub fn commit(&self, durable: bool) -> Result<(), MvccError> {
+        let _writer = self.writer.lock();
+        // Only the writer changes `pending`, so an upgradable read keeps it
+        // stable while readers go on reading the overlay during the commit.
+        let pending = self.pending.upgradable_read();
+        let consistent_index = pending.consistent_index;
+        let nothing_pending = !pending.dirty
+            && pending.records.is_empty()
+            && pending.deletions.is_empty()
+            && pending.compact_revision.is_none();
+        if nothing_pending && (!durable || self.durable_consistent_index() == consistent_index) {
+            return Ok(());
+        }
+        let in_use = backend::commit_batch(
+            &self.db,
+            &Batch {
+                records: &pending.records,
+                deletions: &pending.deletions,
+                consistent_index,
+                compact_revision: pending.compact_revision,
+                durable,
+            },
+        )?;
+        // Overlay entries go only after redb has them (see the crate doc).
+        let mut pending = RwLockUpgradableReadGuard::upgrade(pending);
+        pending.records.clear();
+        pending.deletions.clear();
+        pending.compact_revision = None;
+        pending.dirty = false;
+        drop(pending);
+        self.size_in_use.store(in_use, Ordering::Relaxed);
+        if durable {
+            self.durable_consistent_index
+                .store(consistent_index, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Operations applied but not committed (records plus compaction deletions).
+    pub fn pending_ops(&self) -> usize {
+        let pending = self.pending.read();
+        pending.records.len() + pending.deletions.len()
+    }
+
+    /// Size of the file on disk.
+    pub fn db_size(&self) -> i64 {
+        std::fs::metadata(&self.path)
+            .map(|m| m.len() as i64)
+            .unwrap_or(0)
+    }
+
+    /// Bytes of allocated pages as of the last commit (the file size before
+    /// the first commit after open).
+    pub fn db_size_in_use(&self) -> i64 {
+        self.size_in_use.load(Ordering::Relaxed)
+    }
+
+    /// Number of keys in the index (live or with history).
+    pub fn index_len(&self) -> usize {
+        self.state.read().tree.len()
+    }
+
+    /// CRC-32 over the bucket name and every (revision key, value) record up
+    /// to `revision` (0 = current), in revision order, as etcd's HashByRev.
+    /// Returns (hash, compact revision, hashed revision). Pending records and
+    /// pending compaction deletions count as committed, so members that
+    /// applied the same entries agree whatever their commit timing.
+    pub fn hash_kv(&self, revision: i64) -> Result<(u32, i64, i64), MvccError> {
+        let (current, compacted) = {
+            let state = self.state.read();
+            (state.current_revision, state.compact_revision)
+        };
+        if revision > 0 && revision < compacted {
+            return Err(MvccError::Compacted);
+        }
+        if revision > current {
+            return Err(MvccError::FutureRev);
+        }
+        let hash_revision = if revision <= 0 { current } else { revision };
+        let upper = RevisionKey::new(Revision::new(hash_revision + 1, 0), false);
+
+        let (overlay, deleted, table) = {
+            let pending = self.pending.read();
+            let overlay: Vec<(RevisionKey, Bytes)> = pending
+                .records
+                .range(..upper.revision())
+                .map(|(r, (tombstone, v))| (RevisionKey::new(*r, *tombstone), v.clone()))
+                .collect();
+            let deleted: HashSet<RevisionKey> = pending.deletions.iter().copied().collect();
+            // Begun under the pending lock: whatever redb lacks is in `overlay`.
+            let txn = self.db.begin_read().map_err(backend_error)?;
+            let table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
+            (overlay, deleted, table)
+        };
+
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(b"key");
+        let mut overlay = overlay.into_iter().peekable();
+        for entry in table.range(..upper.as_slice()).map_err(backend_error)? {
+            let (k, v) = entry.map_err(backend_error)?;
+            let key = k.value();
+            while let Some((pending_key, value)) =
+                overlay.next_if(|(pk, _)| pk.as_slice() <= key)
+            {
+                if pending_key.as_slice() != key && !deleted.contains(&pending_key) {
+                    hasher.update(pending_key.as_slice());
+                    hasher.update(&value);
+                }
+            }
+            let (parsed, tombstone) = RevisionKey::parse(key)?;
+            if !deleted.contains(&RevisionKey::new(parsed, tombstone)) {
+                hasher.update(key);
+                hasher.update(v.value());
+            }
+        }
+        for (pending_key, value) in overlay {
+            if !deleted.contains(&pending_key) {
+                hasher.update(pending_key.as_slice());
+                hasher.update(&value);
+            }
+        }
+        Ok((hasher.finalize(), compacted.max(0), hash_revision))
+    }
+}
+
+/// Looks values up by revision: the caller's own uncommitted changes, then
+/// the pending overlay, then redb, whose read transaction is begun only after
+/// an overlay miss (the writer drops overlay entries only after redb has
+/// committed them, so a miss means redb has them).
+pub(crate) struct ValueReader<'s> {
+    store: &'s Store,
+    table: Option<ReadOnlyTable<&'static [u8], &'static [u8]>>,
+}
+
+impl<'s> ValueReader<'s> {
+    pub fn new(store: &'s Store) -> ValueReader<'s> {
+        ValueReader { store, table: None }
+    }
+
+    fn table(&mut self) -> Result<&ReadOnlyTable<&'static [u8], &'static [u8]>, MvccError> {
+        if self.table.is_none() {
+            let txn = self.store.db.begin_read().map_err(backend_error)?;
+            self.table = Some(txn.open_table(KEY_TABLE).map_err(backend_error)?);
+        }
+        match &self.table {
+            Some(table) => Ok(table),
+            None => unreachable!("table opened above"),
+        }
+    }
+
+    /// Values of live revisions (never tombstones), in the given order.
+    pub fn get_many(
+        &mut self,
+        revisions: &[Revision],
+        read_revision: i64,
+        local: impl Fn(Revision) -> Option<Bytes>,
+    ) -> Result<Vec<KeyValue>, MvccError> {
+        let mut kvs: Vec<Option<KeyValue>> = Vec::with_capacity(revisions.len());
+        let mut misses = Vec::new();
+        {
+            let pending = self.store.pending.read();
+            for (i, revision) in revisions.iter().enumerate() {
+                let encoded = local(*revision)
+                    .or_else(|| pending.records.get(revision).map(|(_, v)| v.clone()));
+                match encoded {
+                    Some(encoded) => kvs.push(Some(decode(encoded)?)),
+                    None => {
+                        kvs.push(None);
+                        misses.push(i);
+                    }
+                }
+            }
+        }
+        if !misses.is_empty() {
+            for i in misses {
+                let key = RevisionKey::new(revisions[i], false);
+                let found = self
+                    .table()?
+                    .get(key.as_slice())
+                    .map_err(backend_error)?
+                    .map(|v| KeyValue::decode(v.value()));
+                match found {
+                    Some(Ok(kv)) => kvs[i] = Some(kv),
+                    Some(Err(err)) => return Err(MvccError::Corrupt(err.to_string())),
+                    None => return Err(self.missing(revisions[i], read_revision)),
+                }
+            }
+        }
+        Ok(kvs.into_iter().flatten().collect())
+    }
+
+    fn missing(&self, revision: Revision, read_revision: i64) -> MvccError {
+        // A compaction may have dropped it after the index walk.
+        if read_revision < self.store.state.read().compact_revision {
+            MvccError::Compacted
+        } else {
+            MvccError::Corrupt(format!("no record for revision {revision:?}"))
+        }
+    }
+}
+
+fn decode(encoded: Bytes) -> Result<KeyValue, MvccError> {
+    KeyValue::decode(encoded).map_err(|e| MvccError::Corrupt(e.to_string()))
+}

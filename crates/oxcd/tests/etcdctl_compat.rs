@@ -1,0 +1,153 @@
+//! Differential test: the same etcdctl 3.4 session against oxcd and against
+//! a reference etcd (Debian's 3.4.23); every output must be identical once
+//! the member-specific header fields (cluster, member, term) are masked.
+
+use std::process::{Command, Stdio};
+use std::io::Write;
+
+use regex::Regex;
+use testkit::Process;
+
+struct Step {
+    args: Vec<String>,
+    stdin: Option<String>,
+}
+
+fn step(args: &[&str]) -> Step {
+    Step { args: args.iter().map(|s| s.to_string()).collect(), stdin: None }
+}
+
+fn txn(args: &[&str], stdin: &str) -> Step {
+    Step { args: args.iter().map(|s| s.to_string()).collect(), stdin: Some(stdin.to_string()) }
+}
+
+fn session() -> Vec<Step> {
+    let too_many: String = (0..129).map(|i| format!("put k{i} v\n")).collect();
+    vec![
+        step(&["put", "foo", "bar"]),
+        step(&["put", "foo2", "baz"]),
+        step(&["put", "foo", "bar2", "--prev-kv"]),
+        step(&["get", "foo"]),
+        step(&["get", "--prefix", "foo", "-w", "json"]),
+        step(&["get", "foo", "--rev=1"]),
+        step(&["get", "foo", "--rev=2", "-w", "json"]),
+        step(&["get", "foo", "--rev=100"]),
+        step(&["put", "", "x"]),
+        step(&["get", ""]),
+        txn(&["txn"], "value(\"foo\") = \"bar2\"\n\nput foo 1\nput foo 2\n\n\n"),
+        txn(&["txn", "-w", "json"], "mod(\"foo\") > \"0\"\n\nput t1 1\nget foo\n\nput t2 2\n\n"),
+        txn(&["txn"], "value(\"foo\") = \"nope\"\n\nput t3 1\n\nput t4 2\nget t1\n\n"),
+        txn(&["txn", "-w", "json"], "version(\"t1\") = \"1\"\ncreate(\"t1\") > \"1\"\n\ndel t1 --prev-kv\n\n\n"),
+        txn(&["txn"], &format!("\n{too_many}\n\n")),
+        step(&["get", "", "--from-key", "--keys-only"]),
+        step(&["get", "foo", "--prefix", "--sort-by=MODIFY", "--order=DESCEND", "--limit", "1", "-w", "json"]),
+        step(&["get", "", "--prefix", "--sort-by=VALUE", "--order=ASCEND"]),
+        step(&["get", "", "--prefix", "--sort-by=CREATE", "--order=DESCEND", "--keys-only"]),
+        step(&["get", "", "--prefix", "--sort-by=VERSION"]),
+        step(&["get", "", "--prefix", "--limit", "2", "-w", "json"]),
+        step(&["get", "", "--prefix", "--count-only", "-w", "json"]),
+        step(&["get", "foo", "--print-value-only"]),
+        step(&["get", "", "--prefix", "-w", "fields"]),
+        step(&["put", "leased", "v", "--lease=123"]),
+        step(&["get", "a", "z"]),
+        step(&["get", "z", "a"]),
+        step(&["del", "foo", "--prev-kv"]),
+        step(&["del", "nothing"]),
+        step(&["del", "t", "--prefix", "-w", "json"]),
+        step(&["put", "foo", "again"]),
+        step(&["get", "foo", "-w", "json"]),
+        step(&["compact", "4"]),
+        step(&["get", "foo", "--rev=3"]),
+        step(&["get", "foo2", "--rev=4", "-w", "json"]),
+        step(&["compact", "4"]),
+        step(&["compact", "1000"]),
+        step(&["put", "x", "y", "--ignore-value"]),
+        step(&["put", "foo2", "--ignore-value"]),
+        step(&["get", "foo2", "-w", "json"]),
+        step(&["get", "", "--prefix", "-w", "simple"]),
+    ]
+}
+
+fn etcdctl(endpoint: &str, s: &Step) -> String {
+    let mut cmd = Command::new("etcdctl");
+    cmd.env("ETCDCTL_API", "3")
+        .args(["--endpoints", endpoint, "--command-timeout", "10s"])
+        .args(&s.args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("etcdctl is installed (apt-get install etcd-client)");
+    let mut stdin = child.stdin.take().expect("piped");
+    if let Some(input) = &s.stdin {
+        stdin.write_all(input.as_bytes()).expect("write etcdctl stdin");
+    }
+    drop(stdin);
+    let out = child.wait_with_output().expect("etcdctl runs");
+    let stderr: String = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        // clientv3's retry warnings carry timestamps and random target names.
+        .filter(|l| !l.starts_with("{\"level\":"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    format!("exit={:?}\n{}{}", out.status.code(), String::from_utf8_lossy(&out.stdout), stderr)
+}
+
+fn mask(s: &str) -> String {
+    let json = Regex::new(r#""(cluster_id|member_id|raft_term)":\d+"#).unwrap();
+    let fields = Regex::new(r#""(ClusterID|MemberID|RaftTerm)" : \d+"#).unwrap();
+    let s = json.replace_all(s, "\"$1\":N");
+    fields.replace_all(&s, "\"$1\" : N").into_owned()
+}
+
+#[test]
+fn etcdctl_session_matches_reference_etcd() {
+    let ref_dir = tempfile::tempdir().unwrap();
+    let reference = testkit::start_reference_etcd(ref_dir.path())
+        .expect("reference etcd is installed (apt-get install etcd-server)");
+    let ox_dir = tempfile::tempdir().unwrap();
+    let oxcd = Process::start_oxcd(&testkit::oxcd_bin(), ox_dir.path(), &[]);
+
+    let mut mismatches = Vec::new();
+    for s in session() {
+        let want = mask(&etcdctl(reference.host_port(), &s));
+        let got = mask(&etcdctl(oxcd.host_port(), &s));
+        if want != got {
+            mismatches.push(format!("etcdctl {:?}\n--- etcd:\n{want}--- oxcd:\n{got}", s.args));
+        }
+    }
+    assert!(mismatches.is_empty(), "{} of the steps differ:\n{}", mismatches.len(), mismatches.join("\n"));
+}
+
+#[test]
+fn etcdctl_endpoint_status_and_health() {
+    let dir = tempfile::tempdir().unwrap();
+    let oxcd = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
+    let run = |args: &[&str]| {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", oxcd.host_port()])
+            .args(args)
+            .output()
+            .expect("etcdctl is installed");
+        assert!(out.status.success(), "etcdctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    run(&["put", "a", "1"]);
+    let status: serde_json::Value = serde_json::from_str(&run(&["endpoint", "status", "-w", "json"])).unwrap();
+    let st = &status[0]["Status"];
+    assert_eq!(st["version"], "3.5.13");
+    assert_eq!(st["leader"], st["header"]["member_id"]);
+    assert!(st["raftIndex"].as_u64().unwrap() >= 2);
+    assert_eq!(st["raftIndex"], st["raftAppliedIndex"]);
+    assert!(st["raftTerm"].as_u64().unwrap() >= 1);
+    assert!(st["dbSize"].as_u64().unwrap() > 0);
+    assert_eq!(st["header"]["revision"], 2);
+
+    let table = run(&["endpoint", "status", "-w", "table"]);
+    assert!(table.contains("| ENDPOINT "), "{table}");
+    assert!(table.contains("3.5.13") && table.contains("true"), "{table}");
+    let health = run(&["endpoint", "health"]);
+    assert!(health.contains("is healthy: successfully committed proposal"), "{health}");
+    let members = run(&["member", "list", "-w", "json"]);
+    assert!(members.contains("\"name\":\"default\""), "{members}");
+}

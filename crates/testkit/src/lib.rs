@@ -1,0 +1,189 @@
+//! Test harness: runs oxcd (or a reference etcd) as a real process on
+//! loopback, waits for it by condition with a deadline, and always cleans up
+//! (the process is killed when its handle drops).
+//!
+//! Members listen on port 0; the harness reads the bound address from the
+//! member's "serving client traffic" log line, so parallel tests never race
+//! for ports.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a member may take to become ready before a test fails.
+pub const START_DEADLINE: Duration = Duration::from_secs(60);
+
+#[derive(Default)]
+struct LogState {
+    lines: Vec<String>,
+    closed: bool,
+}
+
+/// A member process with its log captured.
+pub struct Process {
+    child: Child,
+    log: Arc<(Mutex<LogState>, Condvar)>,
+    pub endpoint: String,
+    pub data_dir: PathBuf,
+}
+
+impl Process {
+    /// Starts `bin` (an oxcd binary) on `data_dir` with client and peer URLs
+    /// on 127.0.0.1 port 0, plus `extra` flags, and waits until it logs
+    /// "ready to serve client requests".
+    pub fn start_oxcd(bin: &Path, data_dir: &Path, extra: &[&str]) -> Process {
+        let mut cmd = Command::new(bin);
+        cmd.arg("--data-dir")
+            .arg(data_dir)
+            .args(["--listen-client-urls", "http://127.0.0.1:0"])
+            .args(["--advertise-client-urls", "http://127.0.0.1:0"])
+            .args(["--listen-peer-urls", "http://127.0.0.1:0"])
+            .args(["--initial-advertise-peer-urls", "http://127.0.0.1:0"])
+            .args(extra);
+        let mut p = Process::spawn(cmd, data_dir);
+        let address = p
+            .wait_for_log("serving client traffic", START_DEADLINE)
+            .and_then(|line| json_field(&line, "address"))
+            .unwrap_or_else(|| panic!("oxcd did not start serving; log:\n{}", p.log_text()));
+        p.endpoint = format!("http://{address}");
+        if p.wait_for_log("ready to serve client requests", START_DEADLINE).is_none() {
+            panic!("oxcd did not become ready; log:\n{}", p.log_text());
+        }
+        p
+    }
+
+    fn spawn(mut cmd: Command, data_dir: &Path) -> Process {
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let log: Arc<(Mutex<LogState>, Condvar)> = Arc::default();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let (state, cv) = &*sink;
+                state.lock().unwrap().lines.push(line);
+                cv.notify_all();
+            }
+            let (state, cv) = &*sink;
+            state.lock().unwrap().closed = true;
+            cv.notify_all();
+        });
+        Process { child, log, endpoint: String::new(), data_dir: data_dir.to_path_buf() }
+    }
+
+    /// The first log line containing `needle`, waiting up to `deadline`.
+    pub fn wait_for_log(&self, needle: &str, deadline: Duration) -> Option<String> {
+        let end = Instant::now() + deadline;
+        let (state, cv) = &*self.log;
+        let mut guard = state.lock().unwrap();
+        loop {
+            if let Some(line) = guard.lines.iter().find(|l| l.contains(needle)) {
+                return Some(line.clone());
+            }
+            let now = Instant::now();
+            if guard.closed || now >= end {
+                return None;
+            }
+            guard = cv.wait_timeout(guard, end - now).unwrap().0;
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.0.lock().unwrap().lines.join("\n")
+    }
+
+    pub fn log_lines(&self) -> Vec<String> {
+        self.log.0.lock().unwrap().lines.clone()
+    }
+
+    /// `host:port` of the client endpoint, as etcdctl's --endpoints takes it.
+    pub fn host_port(&self) -> &str {
+        self.endpoint.trim_start_matches("http://")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// kill -9: the process gets no chance to flush anything.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits (with a deadline) for the exit status.
+    pub fn terminate(&mut self, deadline: Duration) -> Option<ExitStatus> {
+        // SAFETY: sending a signal to our own child process by pid.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let end = Instant::now() + deadline;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= end {
+                self.kill9();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A string field of one etcd-style JSON log line, without a JSON parser.
+pub fn json_field(line: &str, field: &str) -> Option<String> {
+    let key = format!("\"{field}\":\"");
+    let start = line.find(&key)? + key.len();
+    let end = line[start..].find('"')? + start;
+    Some(line[start..end].to_string())
+}
+
+/// The oxcd binary built next to the test binary (target/<profile>/oxcd).
+pub fn oxcd_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("OXCD_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    dir.join("oxcd")
+}
+
+/// A reference etcd 3.4 (Debian's /usr/bin/etcd) on loopback, for
+/// differential tests. None when it is not installed.
+pub fn start_reference_etcd(data_dir: &Path) -> Option<Process> {
+    let bin = ["/usr/bin/etcd", "/opt/etcd-3.5.1/etcd"].into_iter().map(PathBuf::from).find(|p| p.exists())?;
+    let port = free_port();
+    let peer = free_port();
+    let mut cmd = Command::new(bin);
+    cmd.arg("--data-dir")
+        .arg(data_dir)
+        .args(["--listen-client-urls", &format!("http://127.0.0.1:{port}")])
+        .args(["--advertise-client-urls", &format!("http://127.0.0.1:{port}")])
+        .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+        .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
+        .args(["--initial-cluster", &format!("default=http://127.0.0.1:{peer}")])
+        .args(["--logger", "zap"]);
+    let mut p = Process::spawn(cmd, data_dir);
+    p.endpoint = format!("http://127.0.0.1:{port}");
+    if p.wait_for_log("ready to serve client requests", START_DEADLINE).is_none() {
+        panic!("reference etcd did not become ready; log:\n{}", p.log_text());
+    }
+    Some(p)
+}
+
+/// A port that was free a moment ago (only for the reference etcd, which
+/// cannot listen on port 0 and report it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}

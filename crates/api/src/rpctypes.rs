@@ -52,7 +52,7 @@ etcd_errors! {
     LEASE_NOT_FOUND => NotFound, "etcdserver: requested lease not found";
     LEASE_EXIST => FailedPrecondition, "etcdserver: lease already exists";
     LEASE_T_T_L_TOO_LARGE => OutOfRange, "etcdserver: too large lease TTL";
-    WATCH_CANCELED => Canceled, "etcdserver: watch canceled";
+    WATCH_CANCELED => Cancelled, "etcdserver: watch canceled";
     MEMBER_EXIST => FailedPrecondition, "etcdserver: member ID already exist";
     PEER_U_R_L_EXIST => FailedPrecondition, "etcdserver: Peer URLs already exists";
     MEMBER_NOT_ENOUGH_STARTED => FailedPrecondition, "etcdserver: re-configuration failed due to not enough started members";

@@ -167,6 +167,11 @@ pub(crate) enum Input {
         data: Vec<u8>,
         reply: oneshot::Sender<Result<(), ConsensusError>>,
     },
+    ProposeConfChange {
+        context: Vec<u8>,
+        change: eraftpb::ConfChangeV2,
+        reply: oneshot::Sender<Result<(), ConsensusError>>,
+    },
     ReadIndex {
         reply: oneshot::Sender<Result<u64, ConsensusError>>,
     },
@@ -182,6 +187,8 @@ pub(crate) struct Shared {
     pub stopping: AtomicBool,
     /// Wakes the raft thread for the atomics above.
     pub wake: Notify,
+    /// Wakes a raft thread blocked handing entries to a full apply queue.
+    pub stop_wake: Notify,
     pub status: parking_lot::Mutex<RaftStatus>,
     pub wal_syncs: AtomicU64,
 }
@@ -221,6 +228,7 @@ pub fn start_with_options(
         snapshot_request: AtomicU64::new(0),
         stopping: AtomicBool::new(false),
         wake: Notify::new(),
+        stop_wake: Notify::new(),
         status: parking_lot::Mutex::new(RaftStatus {
             id: cfg.id,
             applied_index: cfg.applied,
@@ -256,6 +264,24 @@ impl RaftHandle {
     pub async fn propose(&self, data: Vec<u8>) -> Result<(), ConsensusError> {
         let (reply, rx) = oneshot::channel();
         self.send(Input::Propose { data, reply }).await?;
+        rx.await.map_err(|_| ConsensusError::Stopped)?
+    }
+
+    /// Queues a membership change. It reaches the apply side as an
+    /// `EntryConfChangeV2` entry; the raft thread has applied it to raft by
+    /// then. Raft refuses (ProposalDropped) while another change is pending.
+    pub async fn propose_conf_change(
+        &self,
+        context: Vec<u8>,
+        change: eraftpb::ConfChangeV2,
+    ) -> Result<(), ConsensusError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Input::ProposeConfChange {
+            context,
+            change,
+            reply,
+        })
+        .await?;
         rx.await.map_err(|_| ConsensusError::Stopped)?
     }
 
@@ -317,6 +343,7 @@ impl RaftHandle {
     pub fn stop(&self) {
         self.inner.shared.stopping.store(true, Ordering::Release);
         self.inner.shared.wake.notify_one();
+        self.inner.shared.stop_wake.notify_one();
         let thread = self.inner.thread.lock().take();
         if let Some(thread) = thread {
             if thread.join().is_err() {

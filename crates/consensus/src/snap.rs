@@ -129,7 +129,7 @@ impl Snapshotter {
                 files.push((term, index, entry.path()));
             }
         }
-        files.sort_by(|a, b| (b.1, b.0).cmp(&(a.1, a.0)));
+        files.sort_by_key(|f| std::cmp::Reverse((f.1, f.0)));
         Ok(files)
     }
 
@@ -215,8 +215,14 @@ mod tests {
         let files = snapper.list().unwrap();
         assert_eq!(files.len(), KEEP_SNAPSHOTS);
         assert_eq!(files[0].1, 800);
-        assert_eq!(snapper.load_newest().unwrap().unwrap().get_metadata().index, 800);
-        assert!(dir.path().join("db").exists(), "only .snap files are purged");
+        assert_eq!(
+            snapper.load_newest().unwrap().unwrap().get_metadata().index,
+            800
+        );
+        assert!(
+            dir.path().join("db").exists(),
+            "only .snap files are purged"
+        );
     }
 
     #[test]

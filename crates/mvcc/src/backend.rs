@@ -81,7 +81,8 @@ pub fn load(db: &Database) -> Result<Loaded, MvccError> {
         }
     };
     let consistent_index = get(META_CONSISTENT_INDEX)?.unwrap_or(0) as u64;
-    let compact_revision = get(META_FINISHED_COMPACT_REV)?.unwrap_or(0);
+    // -1: never compacted (compact(0) is then still accepted, as etcd).
+    let compact_revision = get(META_FINISHED_COMPACT_REV)?.unwrap_or(-1);
 
     let table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
     let mut index = KeyIndexTree::default();

@@ -69,7 +69,11 @@ impl KeyIndex {
     /// Appends a tombstone and opens an empty generation. Returns false (and
     /// changes nothing) when the key is not live.
     fn tombstone(&mut self, revision: Revision) -> bool {
-        if self.generations.last().is_none_or(|g| g.revisions.is_empty()) {
+        if self
+            .generations
+            .last()
+            .is_none_or(|g| g.revisions.is_empty())
+        {
             return false;
         }
         self.put(revision);
@@ -200,6 +204,10 @@ impl KeyIndexTree {
         self.keys.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
     pub fn get(&self, key: &[u8], at_rev: i64) -> Option<KeyAt> {
         self.keys.get(key)?.get(at_rev)
     }
@@ -302,7 +310,11 @@ impl KeyIndexTree {
     /// Undoes the changes at or after `from` to the given keys.
     pub fn rollback<'k>(&mut self, keys: impl IntoIterator<Item = &'k [u8]>, from: Revision) {
         for key in keys {
-            if self.keys.get_mut(key).is_some_and(|index| index.rollback(from)) {
+            if self
+                .keys
+                .get_mut(key)
+                .is_some_and(|index| index.rollback(from))
+            {
                 self.keys.remove(key);
             }
         }
@@ -340,7 +352,10 @@ mod tests {
     #[test]
     fn key_index_get_follows_generations() {
         let tree = etcd_history();
-        let at = |r| tree.get(b"foo", r).map(|a| (a.modified.main, a.created, a.version));
+        let at = |r| {
+            tree.get(b"foo", r)
+                .map(|a| (a.modified.main, a.created, a.version))
+        };
         assert_eq!(at(1), None);
         assert_eq!(at(2), Some((2, 2, 1)));
         assert_eq!(at(7), Some((6, 2, 3)));
@@ -374,16 +389,25 @@ mod tests {
         let mut tree = etcd_history();
         let dropped = tree.compact(5);
         assert_eq!(dropped, vec![(rev(2), false)]);
-        assert_eq!(tree.get(b"foo", 5).map(|a| (a.modified.main, a.version)), Some((4, 2)));
+        assert_eq!(
+            tree.get(b"foo", 5).map(|a| (a.modified.main, a.version)),
+            Some((4, 2))
+        );
         assert_eq!(tree.get(b"foo", 7).map(|a| a.version), Some(3));
 
         // Compacting at the tombstone drops the whole generation.
         let dropped = tree.compact(8);
-        assert_eq!(dropped, vec![(rev(4), false), (rev(6), false), (rev(8), true)]);
+        assert_eq!(
+            dropped,
+            vec![(rev(4), false), (rev(6), false), (rev(8), true)]
+        );
         assert_eq!(tree.get(b"foo", 11).map(|a| a.created), Some(10));
 
         let dropped = tree.compact(15);
-        assert_eq!(dropped, vec![(rev(10), false), (rev(12), false), (rev(14), true)]);
+        assert_eq!(
+            dropped,
+            vec![(rev(10), false), (rev(12), false), (rev(14), true)]
+        );
         assert!(tree.key_index(b"foo").is_some());
         assert_eq!(tree.compact(100), vec![]);
     }

@@ -45,8 +45,7 @@ fn sort_order(req: &RangeRequest) -> SortOrder {
 /// cut there (one extra to learn `more`); anything else is fetched whole,
 /// filtered and sorted, then truncated.
 pub fn fetch_limit(req: &RangeRequest) -> usize {
-    let key_order =
-        req.sort_target() == SortTarget::Key && sort_order(req) != SortOrder::Descend;
+    let key_order = req.sort_target() == SortTarget::Key && sort_order(req) != SortOrder::Descend;
     if req.limit <= 0 || has_filters(req) || !key_order {
         0
     } else {

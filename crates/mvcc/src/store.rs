@@ -4,12 +4,12 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
-use api::etcdserverpb::{RangeRequest, RangeResponse};
+use api::etcdserverpb::{RangeRequest, RangeResponse, TxnRequest, TxnResponse};
 use api::mvccpb::KeyValue;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock, RwLockUpgradableReadGuard};
 use prost::Message;
-use redb::{Database, ReadOnlyTable, ReadableDatabase, ReadableTable};
+use redb::{Database, ReadOnlyTable, ReadableDatabase};
 
 use crate::backend::{self, backend_error, Batch, KEY_TABLE};
 use crate::key_index::{KeyIndexTree, RangeEnd};
@@ -65,11 +65,7 @@ impl Store {
     pub fn open(path: &Path) -> Result<Store, MvccError> {
         let db = backend::open_database(path)?;
         let loaded = backend::load(&db)?;
-        let compact_revision = if loaded.compact_revision > 0 {
-            loaded.compact_revision
-        } else {
-            NO_COMPACTION
-        };
+        let compact_revision = loaded.compact_revision.max(NO_COMPACTION);
         let size = std::fs::metadata(path).map(|m| m.len() as i64).unwrap_or(0);
         Ok(Store {
             db,
@@ -158,6 +154,19 @@ impl Store {
         let writer = self.writer.lock();
         let begin_revision = self.current_revision();
         TxnWrite::new(self, writer, begin_revision, consistent_index)
+    }
+
+    /// Evaluates a txn whose every op is a range (etcd serves those without
+    /// raft). It runs under the writer lock, so it sees one revision, and
+    /// records no consistent index: it is not a raft entry.
+    pub fn read_txn(&self, req: &TxnRequest) -> Result<TxnResponse, MvccError> {
+        debug_assert!(crate::is_txn_read_only(req));
+        let writer = self.writer.lock();
+        let begin_revision = self.current_revision();
+        let mut txn = TxnWrite::new(self, writer, begin_revision, 0);
+        let resp = txn.txn(req);
+        txn.discard();
+        resp
     }
 
     /// Compacts the history at `revision`: reads below it fail with
@@ -293,9 +302,7 @@ impl Store {
         for entry in table.range(..upper.as_slice()).map_err(backend_error)? {
             let (k, v) = entry.map_err(backend_error)?;
             let key = k.value();
-            while let Some((pending_key, value)) =
-                overlay.next_if(|(pk, _)| pk.as_slice() <= key)
-            {
+            while let Some((pending_key, value)) = overlay.next_if(|(pk, _)| pk.as_slice() <= key) {
                 if pending_key.as_slice() != key && !deleted.contains(&pending_key) {
                     hasher.update(pending_key.as_slice());
                     hasher.update(&value);

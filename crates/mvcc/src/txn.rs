@@ -85,13 +85,21 @@ impl<'s> TxnWrite<'s> {
         }
     }
 
-    fn fetch(&mut self, revisions: &[Revision], read_revision: i64) -> Result<Vec<KeyValue>, MvccError> {
+    fn fetch(
+        &mut self,
+        revisions: &[Revision],
+        read_revision: i64,
+    ) -> Result<Vec<KeyValue>, MvccError> {
         let write_revision = self.write_revision();
         let changes = &self.changes;
         self.reader
             .get_many(revisions, read_revision, |revision: Revision| {
                 (revision.main == write_revision)
-                    .then(|| changes.get(revision.sub as usize).map(|c| c.encoded.clone()))
+                    .then(|| {
+                        changes
+                            .get(revision.sub as usize)
+                            .map(|c| c.encoded.clone())
+                    })
                     .flatten()
             })
     }
@@ -120,7 +128,8 @@ impl<'s> TxnWrite<'s> {
         let view = self.view_revision();
         let (revisions, count, read_revision) = {
             let state = self.store.state.read();
-            let read_revision = range::resolve_revision(req.revision, view, state.compact_revision)?;
+            let read_revision =
+                range::resolve_revision(req.revision, view, state.compact_revision)?;
             let (revisions, count) = state.tree.revisions(
                 &req.key,
                 RangeEnd::from_request(&req.range_end),
@@ -135,7 +144,11 @@ impl<'s> TxnWrite<'s> {
     }
 
     fn event_prev_kv(&mut self, key: &[u8]) -> Result<Option<KeyValue>, MvccError> {
-        if self.store.events_prev_kv.load(std::sync::atomic::Ordering::Relaxed) {
+        if self
+            .store
+            .events_prev_kv
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
             self.get_kv(key, self.begin_revision)
         } else {
             Ok(None)
@@ -152,8 +165,16 @@ impl<'s> TxnWrite<'s> {
         let (value, lease) = match (&previous, req.ignore_value || req.ignore_lease) {
             (None, true) => return Err(MvccError::KeyNotFound),
             (Some(prev), _) => (
-                if req.ignore_value { prev.value.clone() } else { req.value.clone() },
-                if req.ignore_lease { prev.lease } else { req.lease },
+                if req.ignore_value {
+                    prev.value.clone()
+                } else {
+                    req.value.clone()
+                },
+                if req.ignore_lease {
+                    prev.lease
+                } else {
+                    req.lease
+                },
             ),
             (None, false) => (req.value.clone(), req.lease),
         };
@@ -193,7 +214,10 @@ impl<'s> TxnWrite<'s> {
         })
     }
 
-    pub fn delete_range(&mut self, req: &DeleteRangeRequest) -> Result<DeleteRangeResponse, MvccError> {
+    pub fn delete_range(
+        &mut self,
+        req: &DeleteRangeRequest,
+    ) -> Result<DeleteRangeResponse, MvccError> {
         let prev_kvs = if req.prev_kv {
             self.range_kvs(&req.key, &req.range_end)?
         } else {
@@ -264,7 +288,11 @@ impl<'s> TxnWrite<'s> {
                 break;
             }
         }
-        let ops = if succeeded { &req.success } else { &req.failure };
+        let ops = if succeeded {
+            &req.success
+        } else {
+            &req.failure
+        };
         let mut nested = Vec::new();
         for op in ops {
             if let Some(request_op::Request::RequestTxn(inner)) = &op.request {
@@ -311,8 +339,17 @@ impl<'s> TxnWrite<'s> {
         Ok(kvs.iter().all(|kv| compare_kv(compare, kv)))
     }
 
-    fn check_puts(&mut self, req: &TxnRequest, branch: &Branch, view: i64) -> Result<(), MvccError> {
-        let ops = if branch.succeeded { &req.success } else { &req.failure };
+    fn check_puts(
+        &mut self,
+        req: &TxnRequest,
+        branch: &Branch,
+        view: i64,
+    ) -> Result<(), MvccError> {
+        let ops = if branch.succeeded {
+            &req.success
+        } else {
+            &req.failure
+        };
         let mut nested = branch.nested.iter();
         for op in ops {
             match &op.request {
@@ -321,10 +358,11 @@ impl<'s> TxnWrite<'s> {
                         self.check_puts(inner, inner_branch, view)?;
                     }
                 }
-                Some(request_op::Request::RequestPut(put)) if put.ignore_value || put.ignore_lease => {
-                    if self.store.state.read().tree.get(&put.key, view).is_none() {
-                        return Err(MvccError::KeyNotFound);
-                    }
+                Some(request_op::Request::RequestPut(put))
+                    if (put.ignore_value || put.ignore_lease)
+                        && self.store.state.read().tree.get(&put.key, view).is_none() =>
+                {
+                    return Err(MvccError::KeyNotFound);
                 }
                 _ => {}
             }
@@ -333,7 +371,11 @@ impl<'s> TxnWrite<'s> {
     }
 
     fn apply_txn(&mut self, req: &TxnRequest, branch: &Branch) -> Result<TxnResponse, MvccError> {
-        let ops = if branch.succeeded { &req.success } else { &req.failure };
+        let ops = if branch.succeeded {
+            &req.success
+        } else {
+            &req.failure
+        };
         let mut nested = branch.nested.iter();
         let mut responses = Vec::with_capacity(ops.len());
         for op in ops {
@@ -344,9 +386,9 @@ impl<'s> TxnWrite<'s> {
                 Some(request_op::Request::RequestPut(p)) => {
                     Some(response_op::Response::ResponsePut(self.put(p)?))
                 }
-                Some(request_op::Request::RequestDeleteRange(d)) => {
-                    Some(response_op::Response::ResponseDeleteRange(self.delete_range(d)?))
-                }
+                Some(request_op::Request::RequestDeleteRange(d)) => Some(
+                    response_op::Response::ResponseDeleteRange(self.delete_range(d)?),
+                ),
                 Some(request_op::Request::RequestTxn(inner)) => {
                     let Some(inner_branch) = nested.next() else {
                         unreachable!("a branch was chosen for every nested txn");
@@ -378,6 +420,13 @@ impl<'s> TxnWrite<'s> {
             .rollback(self.changes[savepoint..].iter().map(|c| &c.key[..]), from);
         drop(state);
         self.changes.truncate(savepoint);
+    }
+
+    /// Ends a transaction that changed nothing without recording an index.
+    pub(crate) fn discard(mut self) {
+        debug_assert!(self.changes.is_empty(), "a read-only txn changed something");
+        self.rollback_to(0);
+        self.ended = true;
     }
 
     /// Publishes the changes: they join the pending batch, the current
@@ -421,8 +470,17 @@ impl Drop for TxnWrite<'_> {
     }
 }
 
-fn check_ranges(req: &TxnRequest, branch: &Branch, view: i64, compacted: i64) -> Result<(), MvccError> {
-    let ops = if branch.succeeded { &req.success } else { &req.failure };
+fn check_ranges(
+    req: &TxnRequest,
+    branch: &Branch,
+    view: i64,
+    compacted: i64,
+) -> Result<(), MvccError> {
+    let ops = if branch.succeeded {
+        &req.success
+    } else {
+        &req.failure
+    };
     let mut nested = branch.nested.iter();
     for op in ops {
         match &op.request {
@@ -486,9 +544,12 @@ fn compare_kv(compare: &Compare, kv: &KeyValue) -> bool {
 /// Whether a txn has no write in any branch, at any depth (etcd's
 /// isTxnReadonly): such a txn never bumps the revision.
 pub fn is_txn_read_only(req: &TxnRequest) -> bool {
-    req.success.iter().chain(&req.failure).all(|op: &RequestOp| match &op.request {
-        Some(request_op::Request::RequestRange(_)) | None => true,
-        Some(request_op::Request::RequestTxn(inner)) => is_txn_read_only(inner),
-        Some(_) => false,
-    })
+    req.success
+        .iter()
+        .chain(&req.failure)
+        .all(|op: &RequestOp| match &op.request {
+            Some(request_op::Request::RequestRange(_)) | None => true,
+            Some(request_op::Request::RequestTxn(inner)) => is_txn_read_only(inner),
+            Some(_) => false,
+        })
 }

@@ -123,9 +123,10 @@ impl EtcdServer {
 
     async fn wait_applied(&self, index: u64, deadline: tokio::time::Instant) -> Result<(), EtcdError> {
         let mut applied = self.applied.clone();
-        match tokio::time::timeout_at(deadline, applied.wait_for(|a| *a >= index)).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(_)) => Err(rpctypes::STOPPED),
+        let reached = tokio::time::timeout_at(deadline, async { applied.wait_for(|a| *a >= index).await.is_ok() }).await;
+        match reached {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(rpctypes::STOPPED),
             Err(_) => Err(rpctypes::TIMEOUT_WAIT_APPLIED_INDEX),
         }
     }

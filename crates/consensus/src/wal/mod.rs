@@ -273,11 +273,17 @@ impl Wal {
             .open(&last_segment.path)
             .map_err(io_err(&last_segment.path))?;
         let snapshot = reader.snapshot.unwrap_or_default();
+        // A snapshot received from the leader may lie beyond every entry.
         let last_index = reader
             .entries
             .last()
-            .map(|e| e.index)
-            .unwrap_or(snapshot.index);
+            .map_or(0, |e| e.index)
+            .max(snapshot.index);
+        let mut pending = Vec::new();
+        if active_len == 0 {
+            // repair removed everything, even the segment's metadata record
+            record::encode(&Record::Metadata(metadata.clone()), &mut pending);
+        }
         let contents = WalContents {
             metadata: metadata.clone(),
             hard_state: reader.hard_state.clone(),
@@ -291,7 +297,7 @@ impl Wal {
             segments,
             active,
             active_len,
-            pending: Vec::new(),
+            pending,
             metadata,
             last_index,
             hard_state: reader.hard_state,
@@ -338,6 +344,17 @@ impl Wal {
     /// Writes buffered records and fdatasyncs once; cuts a new segment when
     /// the active one is full.
     pub fn sync(&mut self) -> Result<(), WalError> {
+        self.write_pending(true)
+    }
+
+    /// Writes buffered records without fdatasync: for records that need not
+    /// be durable yet (a commit-index-only hard state), which the next
+    /// [`Wal::sync`] makes durable anyway.
+    pub fn flush(&mut self) -> Result<(), WalError> {
+        self.write_pending(false)
+    }
+
+    fn write_pending(&mut self, sync: bool) -> Result<(), WalError> {
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -345,10 +362,13 @@ impl Wal {
         self.active
             .write_all(&self.pending)
             .map_err(io_err(&path))?;
-        self.active.sync_data().map_err(io_err(&path))?;
-        self.sync_count += 1;
         self.active_len += self.pending.len() as u64;
         self.pending.clear();
+        if !sync {
+            return Ok(());
+        }
+        self.active.sync_data().map_err(io_err(&path))?;
+        self.sync_count += 1;
         if self.active_len >= self.options.segment_bytes {
             self.cut()?;
         }
@@ -384,8 +404,7 @@ impl Wal {
         // Segment k holds entries < segments[k+1].first_index, so it can go
         // when the next segment starts at or below `index`.
         let mut release = 0;
-        while release + 1 < self.segments.len() && self.segments[release + 1].first_index <= index
-        {
+        while release + 1 < self.segments.len() && self.segments[release + 1].first_index <= index {
             release += 1;
         }
         if release == 0 {
@@ -414,7 +433,11 @@ impl Wal {
     }
 
     fn active_path(&self) -> &Path {
-        &self.segments.last().expect("wal has an active segment").path
+        &self
+            .segments
+            .last()
+            .expect("wal has an active segment")
+            .path
     }
 }
 
@@ -515,7 +538,10 @@ impl Replay {
                 }
                 Err(DecodeError::Incomplete) if is_last => break,
                 Err(DecodeError::Incomplete) => {
-                    return Err(corrupt(offset, "truncated record in a sealed segment".into()))
+                    return Err(corrupt(
+                        offset,
+                        "truncated record in a sealed segment".into(),
+                    ))
                 }
                 Err(DecodeError::BadHeader) if is_last && rest.iter().all(|b| *b == 0) => break,
                 Err(DecodeError::BadHeader) => {
@@ -556,7 +582,7 @@ impl Replay {
             }
             Record::HardState(hs) => self.hard_state = hs,
             Record::Snapshot(marker) => {
-                if self.snapshot.map_or(true, |s| marker.index >= s.index) {
+                if self.snapshot.is_none_or(|s| marker.index >= s.index) {
                     self.snapshot = Some(marker);
                 }
             }

@@ -202,10 +202,12 @@ pub fn decode(buf: &[u8]) -> Result<(Record, usize), DecodeError> {
             if payload.len() != 24 {
                 return Err(bad("hard state payload is not 24 bytes"));
             }
-            let mut hs = HardState::default();
-            hs.term = u64_at(0).unwrap_or_default();
-            hs.vote = u64_at(8).unwrap_or_default();
-            hs.commit = u64_at(16).unwrap_or_default();
+            let hs = HardState {
+                term: u64_at(0).unwrap_or_default(),
+                vote: u64_at(8).unwrap_or_default(),
+                commit: u64_at(16).unwrap_or_default(),
+                ..Default::default()
+            };
             Record::HardState(hs)
         }
         RecordType::Snapshot => {

@@ -10,19 +10,21 @@ fn meta() -> Metadata {
 }
 
 fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
-    let mut e = Entry::default();
-    e.index = index;
-    e.term = term;
-    e.data = data.to_vec().into();
-    e
+    Entry {
+        index,
+        term,
+        data: data.to_vec().into(),
+        ..Default::default()
+    }
 }
 
 fn hs(term: u64, vote: u64, commit: u64) -> HardState {
-    let mut h = HardState::default();
-    h.term = term;
-    h.vote = vote;
-    h.commit = commit;
-    h
+    HardState {
+        term,
+        vote,
+        commit,
+        ..Default::default()
+    }
 }
 
 fn indexes(c: &WalContents) -> Vec<u64> {
@@ -33,7 +35,10 @@ fn indexes(c: &WalContents) -> Vec<u64> {
 fn write_log(dir: &Path, n: u64) -> PathBuf {
     let mut wal = Wal::create(dir, meta(), WalOptions::default()).unwrap();
     for i in 1..=n {
-        wal.append(&[entry(i, 1, format!("value-{i}").as_bytes())], Some(&hs(1, 1, i)));
+        wal.append(
+            &[entry(i, 1, format!("value-{i}").as_bytes())],
+            Some(&hs(1, 1, i)),
+        );
         wal.sync().unwrap();
     }
     wal.segment_paths().pop().unwrap()
@@ -73,7 +78,10 @@ fn wal_append_after_reopen_continues_the_log() {
 fn wal_conflicting_entry_overwrites_the_tail() {
     let dir = tempfile::tempdir().unwrap();
     let mut wal = Wal::create(dir.path(), meta(), WalOptions::default()).unwrap();
-    wal.append(&[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 1, b"c")], None);
+    wal.append(
+        &[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 1, b"c")],
+        None,
+    );
     wal.sync().unwrap();
     // a new leader at term 2 overwrites index 2 onwards
     wal.append(&[entry(2, 2, b"B")], None);
@@ -106,14 +114,26 @@ fn wal_torn_tail_at_every_offset_of_last_record_opens_with_earlier_records() {
             .unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
         let expect_last = if cut >= hs5_start { 5 } else { 4 };
         assert_eq!(*indexes(&c).last().unwrap(), expect_last, "cut at {cut}");
-        let expect_len = if cut >= hs5_start { hs5_start } else { entry5_start };
-        assert_eq!(fs::metadata(&p).unwrap().len(), expect_len as u64, "cut at {cut}");
+        let expect_len = if cut >= hs5_start {
+            hs5_start
+        } else {
+            entry5_start
+        };
+        assert_eq!(
+            fs::metadata(&p).unwrap().len(),
+            expect_len as u64,
+            "cut at {cut}"
+        );
         // the repaired WAL accepts appends and reads back cleanly
         wal.append(&[entry(expect_last + 1, 1, b"after")], None);
         wal.sync().unwrap();
         drop(wal);
         let (_, c) = Wal::open(d.path(), WalOptions::default()).unwrap();
-        assert_eq!(*indexes(&c).last().unwrap(), expect_last + 1, "cut at {cut}");
+        assert_eq!(
+            *indexes(&c).last().unwrap(),
+            expect_last + 1,
+            "cut at {cut}"
+        );
     }
 }
 
@@ -145,10 +165,19 @@ fn wal_refuses_to_open_when_a_byte_is_flipped_mid_log() {
         let p = d.path().join(path.file_name().unwrap());
         fs::write(&p, &bytes).unwrap();
         match Wal::open(d.path(), WalOptions::default()) {
-            Err(WalError::Corrupt { path: bad, offset, reason }) => {
+            Err(WalError::Corrupt {
+                path: bad,
+                offset,
+                reason,
+            }) => {
                 assert_eq!(bad, p, "flip at {pos}");
                 assert!(offset <= pos as u64, "flip at {pos}: offset {offset}");
-                let msg = WalError::Corrupt { path: bad, offset, reason }.to_string();
+                let msg = WalError::Corrupt {
+                    path: bad,
+                    offset,
+                    reason,
+                }
+                .to_string();
                 assert!(msg.contains(".wal") && msg.contains("offset"), "{msg}");
             }
             Err(e) => panic!("flip at {pos}: unexpected error {e}"),
@@ -176,7 +205,10 @@ fn wal_refuses_damage_in_a_sealed_segment() {
     let bytes = fs::read(first).unwrap();
     fs::write(first, &bytes[..bytes.len() - 3]).unwrap();
     let err = Wal::open(dir.path(), opts).err().expect("must refuse");
-    assert!(matches!(err, WalError::Corrupt { ref path, .. } if path == first), "{err}");
+    assert!(
+        matches!(err, WalError::Corrupt { ref path, .. } if path == first),
+        "{err}"
+    );
 }
 
 #[test]
@@ -192,7 +224,11 @@ fn wal_cuts_segments_and_release_keeps_the_segment_holding_the_index() {
     assert!(before.len() > 5);
     let firsts: Vec<u64> = before
         .iter()
-        .map(|p| parse_segment_name(p.file_name().unwrap().to_str().unwrap()).unwrap().1)
+        .map(|p| {
+            parse_segment_name(p.file_name().unwrap().to_str().unwrap())
+                .unwrap()
+                .1
+        })
         .collect();
     wal.save_snapshot(SnapshotMarker { term: 1, index: 50 });
     wal.sync().unwrap();
@@ -204,7 +240,10 @@ fn wal_cuts_segments_and_release_keeps_the_segment_holding_the_index() {
         .1;
     assert!(first_kept <= 50, "kept segment must hold index 50");
     let expected = *firsts.iter().filter(|f| **f <= 50).max().unwrap();
-    assert_eq!(first_kept, expected, "kept segments start with the one holding 50");
+    assert_eq!(
+        first_kept, expected,
+        "kept segments start with the one holding 50"
+    );
     drop(wal);
     let (_, c) = Wal::open(dir.path(), opts).unwrap();
     assert!(c.entries.first().unwrap().index <= 50);
@@ -218,10 +257,17 @@ fn wal_cuts_segments_and_release_keeps_the_segment_holding_the_index() {
 fn wal_leftover_tmp_segment_is_ignored() {
     let dir = tempfile::tempdir().unwrap();
     write_log(dir.path(), 2);
-    fs::write(dir.path().join("0000000000000001-0000000000000003.wal.tmp"), b"junk").unwrap();
+    fs::write(
+        dir.path().join("0000000000000001-0000000000000003.wal.tmp"),
+        b"junk",
+    )
+    .unwrap();
     let (_, c) = Wal::open(dir.path(), WalOptions::default()).unwrap();
     assert_eq!(indexes(&c), vec![1, 2]);
-    assert!(!dir.path().join("0000000000000001-0000000000000003.wal.tmp").exists());
+    assert!(!dir
+        .path()
+        .join("0000000000000001-0000000000000003.wal.tmp")
+        .exists());
 }
 
 #[test]

@@ -1,0 +1,685 @@
+//! The raft thread: owns the RawNode, the WAL and the snapshotter.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use protobuf::Message as _;
+use raft::eraftpb::{ConfChange, ConfChangeV2, ConfState, Entry, EntryType, Snapshot};
+use raft::storage::MemStorage;
+use raft::{Config, RawNode, ReadOnlyOption, ReadState, StateRole, Storage, INVALID_ID};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::snap::Snapshotter;
+use crate::wal::{Metadata, SnapshotMarker, Wal};
+use crate::{
+    CommittedBatch, ConsensusError, Input, RaftConfig, RaftStatus, Shared, StartOptions, Transport,
+    INPUT_QUEUE_CAPACITY, MAX_INFLIGHT_MSGS, MAX_READ_ROUNDS_IN_FLIGHT, MAX_SIZE_PER_MSG,
+    SNAPSHOT_CATCH_UP_ENTRIES,
+};
+
+type ReadWaiter = oneshot::Sender<Result<u64, ConsensusError>>;
+
+/// One ReadIndex round: every waiter queued when it started shares it.
+struct ReadRound {
+    ctx: u64,
+    started: Instant,
+    waiters: Vec<ReadWaiter>,
+}
+
+pub(crate) struct Node {
+    id: u64,
+    raw: RawNode<MemStorage>,
+    wal: Wal,
+    snapper: Snapshotter,
+    transport: Arc<dyn Transport>,
+    input: mpsc::Receiver<Input>,
+    committed: mpsc::Sender<CommittedBatch>,
+    shared: Arc<Shared>,
+    /// Built on the raft thread in `run`: a runtime must not be dropped in
+    /// the caller's async context if starting the thread fails.
+    runtime: Option<tokio::runtime::Runtime>,
+    heartbeat: Duration,
+    next_tick: Instant,
+    read_timeout: Duration,
+    pending_reads: Vec<ReadWaiter>,
+    read_rounds: VecDeque<ReadRound>,
+    next_read_ctx: u64,
+    last_leader: u64,
+    leader_changes: u64,
+    snapshot_index: u64,
+    /// (index, conf state in force from that index), oldest first; the first
+    /// element is at or below the last snapshot.
+    conf_history: Vec<(u64, ConfState)>,
+}
+
+enum Wake {
+    Input(Option<Input>),
+    Notified,
+    Tick,
+}
+
+fn corrupt(msg: String) -> ConsensusError {
+    ConsensusError::Corrupt(msg)
+}
+
+impl ConsensusError {
+    fn from_protobuf(e: protobuf::ProtobufError) -> ConsensusError {
+        ConsensusError::Corrupt(format!("undecodable conf change: {e}"))
+    }
+}
+
+impl Node {
+    /// Builds the node from disk (or bootstraps a new member).
+    pub(crate) fn load(
+        cfg: &RaftConfig,
+        options: &StartOptions,
+        transport: Arc<dyn Transport>,
+        input: mpsc::Receiver<Input>,
+        committed: mpsc::Sender<CommittedBatch>,
+        shared: Arc<Shared>,
+    ) -> Result<Node, ConsensusError> {
+        if cfg.id == INVALID_ID {
+            return Err(ConsensusError::Config("member id must not be 0".into()));
+        }
+        if cfg.heartbeat.is_zero() || cfg.election_timeout < cfg.heartbeat * 2 {
+            return Err(ConsensusError::Config(format!(
+                "election timeout {:?} must be at least twice the heartbeat {:?}",
+                cfg.election_timeout, cfg.heartbeat
+            )));
+        }
+        std::fs::create_dir_all(&cfg.member_dir)?;
+        let snapper = Snapshotter::new(&cfg.member_dir.join("snap"))?;
+        let wal_dir = cfg.member_dir.join("wal");
+        let snapshot = snapper.load_newest()?;
+        let (wal, contents) = if Wal::exists(&wal_dir) {
+            let (wal, contents) = Wal::open(&wal_dir, options.wal.clone())?;
+            (wal, Some(contents))
+        } else {
+            if let Some(s) = &snapshot {
+                return Err(corrupt(format!(
+                    "snapshot at index {} exists but {} holds no WAL",
+                    s.get_metadata().index,
+                    wal_dir.display()
+                )));
+            }
+            let metadata = Metadata {
+                node_id: cfg.id,
+                cluster_id: cfg.cluster_id,
+                initial_voters: cfg.voters.clone(),
+            };
+            (Wal::create(&wal_dir, metadata, options.wal.clone())?, None)
+        };
+        let metadata = wal.metadata().clone();
+        if metadata.node_id != cfg.id {
+            return Err(ConsensusError::Config(format!(
+                "WAL in {} belongs to member {:x}, not {:x}",
+                wal_dir.display(),
+                metadata.node_id,
+                cfg.id
+            )));
+        }
+
+        let storage = MemStorage::new();
+        let (snap_index, base_conf) = match &snapshot {
+            Some(s) => {
+                storage.wl().apply_snapshot(s.clone())?;
+                (
+                    s.get_metadata().index,
+                    s.get_metadata().get_conf_state().clone(),
+                )
+            }
+            None => {
+                let cs = ConfState {
+                    voters: metadata.initial_voters.clone(),
+                    ..Default::default()
+                };
+                storage.wl().set_conf_state(cs.clone());
+                (0, cs)
+            }
+        };
+        let (mut hard_state, entries) = match contents {
+            Some(c) => {
+                let entries: Vec<Entry> = c
+                    .entries
+                    .into_iter()
+                    .filter(|e| e.index > snap_index)
+                    .collect();
+                (c.hard_state, entries)
+            }
+            None => Default::default(),
+        };
+        if let Some(first) = entries.first() {
+            if first.index != snap_index + 1 {
+                return Err(corrupt(format!(
+                    "WAL entries resume at index {} but the newest snapshot is at {}",
+                    first.index, snap_index
+                )));
+            }
+        }
+        let last_index = entries.last().map_or(snap_index, |e| e.index);
+        storage.wl().append(&entries)?;
+
+        let applied = cfg.applied;
+        if applied < snap_index {
+            return Err(corrupt(format!(
+                "backend applied index {applied} is below the snapshot index {snap_index}"
+            )));
+        }
+        if applied > last_index {
+            return Err(corrupt(format!(
+                "backend applied index {applied} is beyond the WAL's last index {last_index}"
+            )));
+        }
+        // The commit index in the WAL lags (it is written lazily); what was
+        // applied was committed.
+        hard_state.commit = hard_state.commit.max(snap_index).max(applied);
+        if hard_state.commit > last_index {
+            return Err(corrupt(format!(
+                "WAL commit index {} is beyond its last index {last_index}",
+                hard_state.commit
+            )));
+        }
+        storage.wl().set_hardstate(hard_state.clone());
+
+        let election_tick =
+            (cfg.election_timeout.as_millis() / cfg.heartbeat.as_millis().max(1)).max(2) as usize;
+        let config = Config {
+            id: cfg.id,
+            election_tick,
+            heartbeat_tick: 1,
+            applied,
+            max_size_per_msg: MAX_SIZE_PER_MSG,
+            max_inflight_msgs: MAX_INFLIGHT_MSGS,
+            check_quorum: true,
+            pre_vote: true,
+            read_only_option: ReadOnlyOption::Safe,
+            ..Default::default()
+        };
+        let mut raw = RawNode::new(&config, storage, &crate::logger::raft_logger())?;
+
+        // Conf changes at or below `applied` will not be handed out again;
+        // replay them into raft now. Those above come back through the loop.
+        let mut conf_history = vec![(snap_index, base_conf)];
+        for e in entries.iter().filter(|e| e.index <= applied) {
+            if let Some(cs) = apply_conf_change_entry(&mut raw, e)? {
+                conf_history.push((e.index, cs));
+            }
+        }
+
+        let voters = raw.raft.prs().conf().voters().ids();
+        let single_voter = voters.len() == 1 && voters.contains(cfg.id);
+        tracing::info!(
+            id = %format!("{:x}", cfg.id),
+            snapshot_index = snap_index,
+            applied,
+            commit = hard_state.commit,
+            last_index,
+            term = hard_state.term,
+            "raft: starting member"
+        );
+        if single_voter {
+            // A single voter needs nobody's vote: skip the election timeout,
+            // as etcd fast-forwards ticks for a one-member cluster.
+            raw.campaign()?;
+        }
+
+        let node = Node {
+            id: cfg.id,
+            raw,
+            wal,
+            snapper,
+            transport,
+            input,
+            committed,
+            shared,
+            runtime: None,
+            heartbeat: cfg.heartbeat,
+            next_tick: Instant::now() + cfg.heartbeat,
+            // etcd: request timeout 5s + 2 × election timeout
+            read_timeout: Duration::from_secs(5) + cfg.election_timeout * 2,
+            pending_reads: Vec::new(),
+            read_rounds: VecDeque::new(),
+            next_read_ctx: 1,
+            last_leader: INVALID_ID,
+            leader_changes: 0,
+            snapshot_index: snap_index,
+            conf_history,
+        };
+        let mut node = node;
+        let leader = node.raw.raft.leader_id;
+        node.on_leader_change(leader);
+        node.publish_status();
+        Ok(node)
+    }
+
+    pub(crate) fn run(mut self) {
+        match tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+        {
+            Ok(runtime) => self.runtime = Some(runtime),
+            Err(e) => {
+                tracing::error!(error = %e, "raft: cannot build the raft thread's timer runtime");
+                self.shutdown();
+                return;
+            }
+        }
+        // Persist what loading produced (a campaign's vote) before waiting.
+        if let Err(e) = self.turn() {
+            log_loop_exit(&e);
+            self.shutdown();
+            return;
+        }
+        loop {
+            let wake = self.wait();
+            let closed = matches!(wake, Wake::Input(None));
+            if let Wake::Input(Some(input)) = wake {
+                self.handle_input(input);
+            }
+            if let Err(e) = self.turn() {
+                log_loop_exit(&e);
+                break;
+            }
+            if closed || self.shared.stopping.load(Ordering::Acquire) {
+                break;
+            }
+        }
+        self.shutdown();
+    }
+
+    fn wait(&mut self) -> Wake {
+        let input = &mut self.input;
+        let shared = &self.shared;
+        let deadline = tokio::time::Instant::from_std(self.next_tick);
+        self.runtime
+            .as_ref()
+            .expect("runtime built in run")
+            .block_on(async {
+                tokio::select! {
+                    biased;
+                    _ = shared.wake.notified() => Wake::Notified,
+                    msg = input.recv() => Wake::Input(msg),
+                    _ = tokio::time::sleep_until(deadline) => Wake::Tick,
+                }
+            })
+    }
+
+    /// One turn of the loop after a wake-up.
+    fn turn(&mut self) -> Result<(), ConsensusError> {
+        for _ in 0..INPUT_QUEUE_CAPACITY {
+            match self.input.try_recv() {
+                Ok(input) => self.handle_input(input),
+                Err(_) => break,
+            }
+        }
+        let now = Instant::now();
+        if now >= self.next_tick {
+            self.raw.tick();
+            // one tick per wake-up: a stalled loop must not fire a burst of
+            // election timeouts when it resumes
+            self.next_tick = now + self.heartbeat;
+        }
+        self.advance_applied();
+        self.maybe_snapshot()?;
+        self.start_read_round();
+        self.expire_read_rounds(now);
+        self.handle_readies()?;
+        self.publish_status();
+        Ok(())
+    }
+
+    fn handle_input(&mut self, input: Input) {
+        match input {
+            Input::Propose { data, reply } => {
+                let result = if self.raw.raft.leader_id == INVALID_ID {
+                    Err(ConsensusError::NoLeader)
+                } else {
+                    self.raw
+                        .propose(Vec::new(), data)
+                        .map_err(|_| ConsensusError::ProposalDropped)
+                };
+                let _ = reply.send(result);
+            }
+            Input::ProposeConfChange {
+                context,
+                change,
+                reply,
+            } => {
+                let result = if self.raw.raft.leader_id == INVALID_ID {
+                    Err(ConsensusError::NoLeader)
+                } else {
+                    self.raw
+                        .propose_conf_change(context, change)
+                        .map_err(|_| ConsensusError::ProposalDropped)
+                };
+                let _ = reply.send(result);
+            }
+            Input::ReadIndex { reply } => self.pending_reads.push(reply),
+            Input::Step(msg) => {
+                if let Err(e) = self.raw.step(msg) {
+                    tracing::debug!(error = %e, "raft: dropped a peer message");
+                }
+            }
+        }
+    }
+
+    fn advance_applied(&mut self) {
+        let reported = self.shared.applied.load(Ordering::Acquire);
+        let log = &self.raw.raft.raft_log;
+        let target = reported.min(log.committed).min(log.persisted);
+        if target > log.applied {
+            self.raw.advance_apply_to(target);
+        }
+    }
+
+    fn start_read_round(&mut self) {
+        if self.pending_reads.is_empty() || self.read_rounds.len() >= MAX_READ_ROUNDS_IN_FLIGHT {
+            return;
+        }
+        if self.raw.raft.leader_id == INVALID_ID {
+            for waiter in self.pending_reads.drain(..) {
+                let _ = waiter.send(Err(ConsensusError::NoLeader));
+            }
+            return;
+        }
+        let ctx = self.next_read_ctx;
+        self.next_read_ctx += 1;
+        self.raw.read_index(ctx.to_be_bytes().to_vec());
+        self.read_rounds.push_back(ReadRound {
+            ctx,
+            started: Instant::now(),
+            waiters: std::mem::take(&mut self.pending_reads),
+        });
+    }
+
+    fn expire_read_rounds(&mut self, now: Instant) {
+        while let Some(round) = self.read_rounds.front() {
+            if now.duration_since(round.started) < self.read_timeout {
+                break;
+            }
+            let round = self.read_rounds.pop_front().expect("front exists");
+            for waiter in round.waiters {
+                let _ = waiter.send(Err(ConsensusError::Timeout));
+            }
+        }
+    }
+
+    fn on_read_state(&mut self, state: ReadState) {
+        let Ok(ctx) = <[u8; 8]>::try_from(state.request_ctx.as_slice()) else {
+            return;
+        };
+        let ctx = u64::from_be_bytes(ctx);
+        if let Some(pos) = self.read_rounds.iter().position(|r| r.ctx == ctx) {
+            let round = self.read_rounds.remove(pos).expect("position is valid");
+            for waiter in round.waiters {
+                let _ = waiter.send(Ok(state.index));
+            }
+        }
+    }
+
+    fn on_leader_change(&mut self, leader: u64) {
+        if leader == self.last_leader {
+            return;
+        }
+        let term = self.raw.raft.term;
+        if leader != INVALID_ID {
+            self.leader_changes += 1;
+            tracing::info!(target: "raft", "raft.node: {:x} elected leader {:x} at term {}", self.id, leader, term);
+        } else {
+            tracing::info!(target: "raft", "raft.node: {:x} lost leader {:x} at term {}", self.id, self.last_leader, term);
+        }
+        // Rounds in flight die with the old leadership; retry them.
+        for round in self.read_rounds.drain(..) {
+            self.pending_reads.extend(round.waiters);
+        }
+        self.last_leader = leader;
+    }
+
+    fn handle_readies(&mut self) -> Result<(), ConsensusError> {
+        while self.raw.has_ready() {
+            let mut rd = self.raw.ready();
+            if let Some(ss) = rd.ss() {
+                let leader = ss.leader_id;
+                self.on_leader_change(leader);
+            }
+            // A leader sends before persisting (raft thesis 10.2.1).
+            if !rd.messages().is_empty() {
+                self.transport.send(rd.take_messages());
+            }
+            if !rd.snapshot().is_empty() {
+                self.persist_received_snapshot(rd.snapshot().clone())?;
+            }
+            let committed = rd.take_committed_entries();
+            self.wal.append(rd.entries(), rd.hs());
+            if rd.must_sync() {
+                self.wal.sync()?;
+                self.shared
+                    .wal_syncs
+                    .store(self.wal.sync_count(), Ordering::Release);
+            } else {
+                self.wal.flush()?;
+            }
+            {
+                let store = self.raw.mut_store();
+                store.wl().append(rd.entries())?;
+                if let Some(hs) = rd.hs() {
+                    store.wl().set_hardstate(hs.clone());
+                }
+            }
+            for state in rd.take_read_states() {
+                self.on_read_state(state);
+            }
+            let persisted = rd.take_persisted_messages();
+            if !persisted.is_empty() {
+                self.transport.send(persisted);
+            }
+            let mut light = self.raw.advance_append(rd);
+            if let Some(commit) = light.commit_index() {
+                let hs = {
+                    let store = self.raw.mut_store();
+                    let mut core = store.wl();
+                    core.mut_hard_state().commit = commit;
+                    core.hard_state().clone()
+                };
+                // The commit index need not be durable (raft recovers it);
+                // it rides along with the next sync.
+                self.wal.append(&[], Some(&hs));
+            }
+            let msgs = light.take_messages();
+            if !msgs.is_empty() {
+                self.transport.send(msgs);
+            }
+            self.deliver(committed)?;
+            self.deliver(light.take_committed_entries())?;
+        }
+        Ok(())
+    }
+
+    /// A snapshot from the leader: raft's view is replaced wholesale.
+    fn persist_received_snapshot(&mut self, snapshot: Snapshot) -> Result<(), ConsensusError> {
+        let meta = snapshot.get_metadata();
+        self.snapper.save(&snapshot)?;
+        self.wal.save_snapshot(SnapshotMarker {
+            term: meta.term,
+            index: meta.index,
+        });
+        self.wal.sync()?;
+        self.raw.mut_store().wl().apply_snapshot(snapshot.clone())?;
+        self.snapshot_index = meta.index;
+        self.conf_history = vec![(meta.index, meta.get_conf_state().clone())];
+        Ok(())
+    }
+
+    /// Hands committed entries to the apply side, applying conf changes to
+    /// raft first so the next Ready reflects them.
+    fn deliver(&mut self, entries: Vec<Entry>) -> Result<(), ConsensusError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        for e in &entries {
+            if let Some(cs) = apply_conf_change_entry(&mut self.raw, e)? {
+                self.conf_history.push((e.index, cs));
+            }
+        }
+        let batch = CommittedBatch { entries };
+        let tx = &self.committed;
+        let shared = &self.shared;
+        self.runtime
+            .as_ref()
+            .expect("runtime built in run")
+            .block_on(async {
+                tokio::select! {
+                    sent = tx.send(batch) => sent.map_err(|_| ConsensusError::Stopped),
+                    _ = wait_for_stop(shared) => Err(ConsensusError::Stopped),
+                }
+            })
+    }
+
+    /// Writes a snapshot at the durable index the apply side gave us, then
+    /// compacts the in-memory log and releases WAL segments below it.
+    fn maybe_snapshot(&mut self) -> Result<(), ConsensusError> {
+        let requested = self.shared.snapshot_request.load(Ordering::Acquire);
+        let log = &self.raw.raft.raft_log;
+        let index = requested.min(log.committed).min(log.persisted);
+        if index <= self.snapshot_index {
+            return Ok(());
+        }
+        let term = match self.raw.store().term(index) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(index, error = %e, "raft: cannot snapshot, term unknown");
+                return Ok(());
+            }
+        };
+        let conf_state = self.conf_state_at(index);
+        let mut snapshot = Snapshot::default();
+        snapshot.mut_metadata().index = index;
+        snapshot.mut_metadata().term = term;
+        snapshot.mut_metadata().set_conf_state(conf_state);
+        // Order matters: snapshot file, then WAL marker, then release. A crash
+        // between steps leaves more WAL than needed, never less.
+        let path = self.snapper.save(&snapshot)?;
+        self.wal.save_snapshot(SnapshotMarker { term, index });
+        self.wal.sync()?;
+        self.shared
+            .wal_syncs
+            .store(self.wal.sync_count(), Ordering::Release);
+        let compact_to = index.saturating_sub(SNAPSHOT_CATCH_UP_ENTRIES);
+        if compact_to > self.raw.store().first_index()? {
+            self.raw.mut_store().wl().compact(compact_to)?;
+        }
+        self.wal.release_to(index)?;
+        self.snapshot_index = index;
+        let keep_from = self
+            .conf_history
+            .iter()
+            .rposition(|(i, _)| *i <= index)
+            .unwrap_or(0);
+        self.conf_history.drain(..keep_from);
+        tracing::info!(index, term, file = %path.display(), "raft: saved snapshot and released WAL");
+        Ok(())
+    }
+
+    fn conf_state_at(&self, index: u64) -> ConfState {
+        self.conf_history
+            .iter()
+            .rev()
+            .find(|(i, _)| *i <= index)
+            .map(|(_, cs)| cs.clone())
+            .unwrap_or_default()
+    }
+
+    fn publish_status(&self) {
+        let raft = &self.raw.raft;
+        let status = RaftStatus {
+            id: self.id,
+            leader: raft.leader_id,
+            term: raft.term,
+            commit_index: raft.raft_log.committed,
+            applied_index: raft.raft_log.applied,
+            is_leader: raft.state == StateRole::Leader,
+            leader_changes: self.leader_changes,
+        };
+        *self.shared.status.lock() = status;
+    }
+
+    fn shutdown(mut self) {
+        if let Err(e) = self.wal.sync() {
+            tracing::error!(error = %e, "raft: final WAL sync failed");
+        }
+        self.shared
+            .wal_syncs
+            .store(self.wal.sync_count(), Ordering::Release);
+        self.shared.stopping.store(true, Ordering::Release);
+        self.input.close();
+        while let Ok(input) = self.input.try_recv() {
+            match input {
+                Input::Propose { reply, .. } | Input::ProposeConfChange { reply, .. } => {
+                    let _ = reply.send(Err(ConsensusError::Stopped));
+                }
+                Input::ReadIndex { reply } => {
+                    let _ = reply.send(Err(ConsensusError::Stopped));
+                }
+                Input::Step(_) => {}
+            }
+        }
+        let rounds = std::mem::take(&mut self.read_rounds);
+        for waiter in rounds
+            .into_iter()
+            .flat_map(|r| r.waiters)
+            .chain(self.pending_reads.drain(..))
+        {
+            let _ = waiter.send(Err(ConsensusError::Stopped));
+        }
+        tracing::info!(id = %format!("{:x}", self.id), "raft: stopped");
+    }
+}
+
+fn log_loop_exit(e: &ConsensusError) {
+    match e {
+        // stop() interrupted a hand-off to the apply side: not a failure
+        ConsensusError::Stopped => {}
+        // etcd panics here; we stop the loop so handles answer `Stopped`
+        _ => tracing::error!(error = %e, "raft: fatal error, stopping the raft loop"),
+    }
+}
+
+async fn wait_for_stop(shared: &Shared) {
+    loop {
+        let notified = shared.stop_wake.notified();
+        if shared.stopping.load(Ordering::Acquire) {
+            return;
+        }
+        notified.await;
+    }
+}
+
+/// Applies a committed conf-change entry to raft; returns the new ConfState.
+/// A change raft rejects is logged and skipped (raft ignores it too, as
+/// etcd's raft does): one bad entry must not stop the member.
+fn apply_conf_change_entry(
+    raw: &mut RawNode<MemStorage>,
+    entry: &Entry,
+) -> Result<Option<ConfState>, ConsensusError> {
+    let result = match entry.get_entry_type() {
+        EntryType::EntryNormal => return Ok(None),
+        EntryType::EntryConfChange => ConfChange::parse_from_bytes(&entry.data)
+            .map_err(ConsensusError::from_protobuf)
+            .and_then(|cc| raw.apply_conf_change(&cc).map_err(ConsensusError::from)),
+        EntryType::EntryConfChangeV2 => ConfChangeV2::parse_from_bytes(&entry.data)
+            .map_err(ConsensusError::from_protobuf)
+            .and_then(|cc| raw.apply_conf_change(&cc).map_err(ConsensusError::from)),
+    };
+    match result {
+        Ok(cs) => {
+            raw.mut_store().wl().set_conf_state(cs.clone());
+            Ok(Some(cs))
+        }
+        Err(e) => {
+            tracing::warn!(index = entry.index, error = %e, "raft: ignoring conf change raft rejected");
+            Ok(None)
+        }
+    }
+}

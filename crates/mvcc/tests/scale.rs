@@ -1,0 +1,77 @@
+//! Scale check (ignored by default; run with
+//! `cargo test -p mvcc --release --test scale -- --ignored --nocapture`):
+//! 1M keys must reopen in about a second with a small index.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use api::etcdserverpb::PutRequest;
+use bytes::Bytes;
+use mvcc::Store;
+
+/// Counts live heap bytes, to measure the key index.
+struct CountingAlloc;
+
+static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAlloc = CountingAlloc;
+
+#[test]
+#[ignore]
+fn one_million_keys_reopen_quickly() {
+    const KEYS: usize = 1_000_000;
+    const PER_TXN: usize = 1_000;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    {
+        let store = Store::open(&path).unwrap();
+        store.set_events_prev_kv(false);
+        let started = Instant::now();
+        let value = Bytes::from(vec![b'v'; 64]);
+        for batch in 0..KEYS / PER_TXN {
+            let mut txn = store.write(batch as u64 + 1);
+            for i in 0..PER_TXN {
+                let key = format!("/registry/pods/default/pod-{:08}", batch * PER_TXN + i);
+                txn.put(&PutRequest {
+                    key: Bytes::from(key),
+                    value: value.clone(),
+                    ..Default::default()
+                })
+                .unwrap();
+            }
+            txn.end();
+            if batch % 10 == 9 {
+                store.commit(false).unwrap();
+            }
+        }
+        store.commit(true).unwrap();
+        eprintln!("wrote {KEYS} keys in {:?}", started.elapsed());
+    }
+    let before = LIVE_BYTES.load(Ordering::Relaxed);
+    let started = Instant::now();
+    let store = Store::open(&path).unwrap();
+    let took = started.elapsed();
+    let grown = LIVE_BYTES.load(Ordering::Relaxed).saturating_sub(before);
+    eprintln!(
+        "reopened {} keys in {took:?}, heap +{} MiB ({} B/key incl. redb cache), file {} MiB",
+        store.index_len(),
+        grown >> 20,
+        grown / KEYS,
+        store.db_size() >> 20
+    );
+    assert_eq!(store.index_len(), KEYS);
+    assert_eq!(store.current_revision(), (KEYS / PER_TXN) as i64 + 1);
+}

@@ -69,6 +69,7 @@ async fn kill_9_under_concurrent_writes_loses_no_acknowledged_write() {
         .map(|kv| (kv.key_str().unwrap().to_string(), kv.value_str().unwrap().to_string()))
         .collect();
     let acked = acked.lock().unwrap();
+    eprintln!("{} acknowledged puts over {ROUNDS} kill -9 rounds; {} keys stored", acked.len(), stored.len());
     let lost: Vec<_> = acked.iter().filter(|(k, v)| stored.get(k) != Some(v)).collect();
     assert!(lost.is_empty(), "{} acknowledged writes lost, e.g. {:?}", lost.len(), &lost[..lost.len().min(5)]);
     // Every stored key is a put that took effect exactly once: one revision each.

@@ -23,6 +23,10 @@ use crate::wait::Wait;
 /// (maxGapBetweenApplyAndCommitIndex): the backlog is bounded.
 pub const MAX_GAP_BETWEEN_APPLY_AND_COMMIT: u64 = 5000;
 
+/// How often a request waiting for a leader looks again (a tenth of etcd's
+/// default heartbeat would be too busy; elections take ≥ one election timeout).
+const LEADER_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(20);
+
 pub struct EtcdServer {
     pub cfg: ServerConfig,
     pub store: Arc<Store>,
@@ -87,16 +91,9 @@ impl EtcdServer {
 
         let deadline = tokio::time::Instant::now() + self.cfg.request_timeout();
         let applied = self.wait.register(id);
-        match tokio::time::timeout_at(deadline, self.raft.propose(data)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                self.wait.cancel(id);
-                return Err(errors::from_consensus(&e));
-            }
-            Err(_) => {
-                self.wait.cancel(id);
-                return Err(rpctypes::TIMEOUT);
-            }
+        if let Err(e) = self.with_leader(deadline, || self.raft.propose(data.clone())).await {
+            self.wait.cancel(id);
+            return Err(e);
         }
         match tokio::time::timeout_at(deadline, applied).await {
             Ok(Ok(outcome)) => outcome,
@@ -113,12 +110,33 @@ impl EtcdServer {
     /// read began, as confirmed by a quorum (ReadIndex, ReadOnlySafe).
     pub async fn linearizable_read_notify(&self) -> Result<(), EtcdError> {
         let deadline = tokio::time::Instant::now() + self.cfg.request_timeout();
-        let read_index = match tokio::time::timeout_at(deadline, self.raft.read_index()).await {
-            Ok(Ok(index)) => index,
-            Ok(Err(consensus::ConsensusError::NoLeader)) | Err(_) => return Err(rpctypes::TIMEOUT),
-            Ok(Err(e)) => return Err(errors::from_consensus(&e)),
-        };
+        let read_index = self.with_leader(deadline, || self.raft.read_index()).await?;
         self.wait_applied(read_index, deadline).await
+    }
+
+    /// Runs a raft operation, retrying while the member has no leader (an
+    /// election is under way) until `deadline`, as etcd lets such requests
+    /// wait: without a leader they end in "request timed out". Nothing is
+    /// handed to raft while there is no leader, so a request that timed out
+    /// here can never commit later.
+    async fn with_leader<T, F, Fut>(&self, deadline: tokio::time::Instant, op: F) -> Result<T, EtcdError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, consensus::ConsensusError>>,
+    {
+        loop {
+            match tokio::time::timeout_at(deadline, op()).await {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(consensus::ConsensusError::NoLeader)) => {
+                    if tokio::time::Instant::now() + LEADER_POLL_INTERVAL >= deadline {
+                        return Err(rpctypes::TIMEOUT);
+                    }
+                    tokio::time::sleep(LEADER_POLL_INTERVAL).await;
+                }
+                Ok(Err(consensus::ConsensusError::Timeout)) | Err(_) => return Err(rpctypes::TIMEOUT),
+                Ok(Err(e)) => return Err(errors::from_consensus(&e)),
+            }
+        }
     }
 
     async fn wait_applied(&self, index: u64, deadline: tokio::time::Instant) -> Result<(), EtcdError> {

@@ -173,10 +173,11 @@ pub fn start_reference_etcd(data_dir: &Path) -> Option<Process> {
         .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
         .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
         .args(["--initial-cluster", &format!("default=http://127.0.0.1:{peer}")])
-        .args(["--logger", "zap"]);
+        .args(["--logger", "zap", "--log-outputs", "stderr"]);
     let mut p = Process::spawn(cmd, data_dir);
     p.endpoint = format!("http://127.0.0.1:{port}");
-    if p.wait_for_log("ready to serve client requests", START_DEADLINE).is_none() {
+    // etcd 3.4's zap logger has no "ready to serve" line; this one comes last.
+    if p.wait_for_log("serving client traffic", START_DEADLINE).is_none() {
         panic!("reference etcd did not become ready; log:\n{}", p.log_text());
     }
     Some(p)

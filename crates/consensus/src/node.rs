@@ -25,8 +25,15 @@ type ReadWaiter = oneshot::Sender<Result<u64, ConsensusError>>;
 struct ReadRound {
     ctx: u64,
     started: Instant,
+    /// When the ReadIndex request was last handed to raft: raft drops it
+    /// silently (a new leader that has not yet committed in its term, a lost
+    /// message), so it is sent again after `READ_INDEX_RETRY`.
+    sent: Instant,
     waiters: Vec<ReadWaiter>,
 }
+
+/// etcd's readIndexRetryTime.
+const READ_INDEX_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
 
 pub(crate) struct Node {
     id: u64,
@@ -384,17 +391,32 @@ impl Node {
             }
             return;
         }
+        // A leader answers ReadIndex only once it has committed an entry of
+        // its own term; asking earlier would be dropped. Wait for it.
+        if self.raw.raft.leader_id == self.raw.raft.id && !self.raw.raft.commit_to_current_term() {
+            return;
+        }
         let ctx = self.next_read_ctx;
         self.next_read_ctx += 1;
         self.raw.read_index(ctx.to_be_bytes().to_vec());
+        let now = Instant::now();
         self.read_rounds.push_back(ReadRound {
             ctx,
-            started: Instant::now(),
+            started: now,
+            sent: now,
             waiters: std::mem::take(&mut self.pending_reads),
         });
     }
 
     fn expire_read_rounds(&mut self, now: Instant) {
+        if self.raw.raft.leader_id != INVALID_ID {
+            for round in self.read_rounds.iter_mut() {
+                if now.duration_since(round.sent) >= READ_INDEX_RETRY {
+                    self.raw.read_index(round.ctx.to_be_bytes().to_vec());
+                    round.sent = now;
+                }
+            }
+        }
         while let Some(round) = self.read_rounds.front() {
             if now.duration_since(round.started) < self.read_timeout {
                 break;

@@ -66,6 +66,12 @@ impl Member {
         &self.client_addrs
     }
 
+    /// Resolves once the member has a leader and has applied everything
+    /// committed so far (etcd's ReadyNotify).
+    pub async fn ready(&self) {
+        wait_ready(&self.server).await
+    }
+
     /// Stops serving, stops raft, finishes applying and commits the backend
     /// durably. Every acknowledged write is in the WAL and in the backend.
     pub async fn stop(mut self) {
@@ -259,14 +265,20 @@ async fn serve_clients(server: Arc<EtcdServer>, listener: TcpListener, mut shutd
 
 /// The lifecycle lines operators wait for, once this member has a leader
 /// and has applied what was committed before it started serving.
-async fn announce_when_ready(server: Arc<EtcdServer>) {
+async fn wait_ready(server: &EtcdServer) {
+    let mut applied = server.applied.clone();
     loop {
         let status = server.raft.status();
-        if status.leader != 0 && server.applied_index() >= status.commit_index {
-            break;
+        if status.leader != 0 && *applied.borrow_and_update() >= status.commit_index {
+            return;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        // Leadership is published without a notification: look again soon.
+        let _ = tokio::time::timeout(Duration::from_millis(10), applied.changed()).await;
     }
+}
+
+async fn announce_when_ready(server: Arc<EtcdServer>) {
+    wait_ready(&server).await;
     tracing::info!(
         local_member_id = %format!("{:x}", server.member.id),
         local_member_attributes = %format!("{{Name:{} ClientURLs:[{}]}}", server.member.name, server.member.client_urls.join(" ")),

@@ -17,6 +17,7 @@ async fn member(dir: &std::path::Path, tweak: impl FnOnce(&mut ServerConfig)) ->
     };
     tweak(&mut cfg);
     let m = server::start(cfg).await.expect("member starts");
+    tokio::time::timeout(Duration::from_secs(30), m.ready()).await.expect("member becomes ready");
     let endpoint = format!("http://{}", m.client_addrs()[0]);
     let client = Client::connect([endpoint], None).await.expect("connect");
     (m, client)

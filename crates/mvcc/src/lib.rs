@@ -96,7 +96,7 @@ mod txn;
 
 pub use backend::{scan_key_value, KeyValueFields};
 pub use revision::{Revision, RevisionKey};
-pub use store::Store;
+pub use store::{LeaseLookup, Store};
 pub use txn::{is_txn_read_only, TxnWrite, WriteResult};
 
 /// Errors of the store; Display strings are etcd's.
@@ -109,6 +109,9 @@ pub enum MvccError {
     /// A put with ignore_value/ignore_lease on a missing key.
     #[error("etcdserver: key not found")]
     KeyNotFound,
+    /// A put names a lease the lease lookup does not know.
+    #[error("lease not found")]
+    LeaseNotFound,
     #[error("mvcc: backend: {0}")]
     Backend(String),
     #[error("mvcc: corrupt data: {0}")]

@@ -58,7 +58,13 @@ pub struct Store {
     durable_consistent_index: AtomicU64,
     size_in_use: AtomicI64,
     pub(crate) events_prev_kv: AtomicBool,
+    /// Whether a lease exists, asked before a put that names one (the lessor
+    /// lives above mvcc). None: every lease is taken as existing.
+    pub(crate) lease_lookup: RwLock<Option<LeaseLookup>>,
 }
+
+/// The lessor's answer to "does lease N exist?".
+pub type LeaseLookup = std::sync::Arc<dyn Fn(i64) -> bool + Send + Sync>;
 
 impl Store {
     /// Creates or opens the file and rebuilds the key index from it.
@@ -83,6 +89,7 @@ impl Store {
             consistent_index: AtomicU64::new(loaded.consistent_index),
             durable_consistent_index: AtomicU64::new(loaded.consistent_index),
             size_in_use: AtomicI64::new(size),
+            lease_lookup: RwLock::new(None),
             events_prev_kv: AtomicBool::new(true),
         })
     }
@@ -146,6 +153,17 @@ impl Store {
         };
         let kvs = ValueReader::new(self).get_many(&revisions, read_revision, |_| None)?;
         Ok(range::finish(req, kvs, count, current))
+    }
+
+    /// Installs the lessor's lookup: puts (plain or in the chosen branch of
+    /// a txn) naming an unknown lease then fail with `LeaseNotFound` and
+    /// change nothing.
+    pub fn set_lease_lookup(&self, lookup: LeaseLookup) {
+        *self.lease_lookup.write() = Some(lookup);
+    }
+
+    pub(crate) fn lease_exists(&self, lease: i64) -> bool {
+        lease == 0 || self.lease_lookup.read().as_ref().is_none_or(|lookup| lookup(lease))
     }
 
     /// Begins the one write transaction; blocks while another is alive, so

@@ -156,6 +156,10 @@ impl<'s> TxnWrite<'s> {
     }
 
     pub fn put(&mut self, req: &PutRequest) -> Result<PutResponse, MvccError> {
+        // etcd's applier checks the lease before anything else.
+        if !self.store.lease_exists(req.lease) {
+            return Err(MvccError::LeaseNotFound);
+        }
         let needs_previous = req.ignore_value || req.ignore_lease || req.prev_kv;
         let previous = if needs_previous {
             self.get_kv(&req.key, self.view_revision())?
@@ -358,11 +362,16 @@ impl<'s> TxnWrite<'s> {
                         self.check_puts(inner, inner_branch, view)?;
                     }
                 }
-                Some(request_op::Request::RequestPut(put))
+                Some(request_op::Request::RequestPut(put)) => {
+                    // etcd's checkRequestPut: the previous key first, then the lease.
                     if (put.ignore_value || put.ignore_lease)
-                        && self.store.state.read().tree.get(&put.key, view).is_none() =>
-                {
-                    return Err(MvccError::KeyNotFound);
+                        && self.store.state.read().tree.get(&put.key, view).is_none()
+                    {
+                        return Err(MvccError::KeyNotFound);
+                    }
+                    if !self.store.lease_exists(put.lease) {
+                        return Err(MvccError::LeaseNotFound);
+                    }
                 }
                 _ => {}
             }

@@ -10,10 +10,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use api::etcdserverpb::request_op::Request;
 use api::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeResponse, InternalRaftRequest, PutRequest, PutResponse,
-    RequestOp, ResponseHeader, TxnRequest, TxnResponse,
+    ResponseHeader, TxnRequest, TxnResponse,
 };
 use api::rpctypes::{self, EtcdError};
 use consensus::{CommittedBatch, RaftHandle};
@@ -157,10 +156,6 @@ impl Applier {
     }
 
     fn apply_put(&self, put: &PutRequest, index: u64) -> Result<PutResponse, EtcdError> {
-        if put.lease != 0 && !lease_exists(put.lease) {
-            self.store.set_consistent_index(index);
-            return Err(rpctypes::LEASE_NOT_FOUND);
-        }
         let mut w = self.store.write(index);
         let result = w.put(put);
         w.end();
@@ -168,11 +163,6 @@ impl Applier {
     }
 
     fn apply_txn(&self, txn: &TxnRequest, index: u64) -> Result<TxnResponse, EtcdError> {
-        if let Some(lease) = first_missing_lease(txn) {
-            let _ = lease;
-            self.store.set_consistent_index(index);
-            return Err(rpctypes::LEASE_NOT_FOUND);
-        }
         let mut w = self.store.write(index);
         let result = w.txn(txn);
         w.end();
@@ -188,21 +178,4 @@ impl Applier {
         let header = ResponseHeader { revision: self.store.current_revision(), ..Default::default() };
         Ok(CompactionResponse { header: Some(header) })
     }
-}
-
-/// Leases arrive with the lease issue; until then none exists, so a put
-/// that names one fails as etcd fails a put with an unknown lease.
-fn lease_exists(_lease: i64) -> bool {
-    false
-}
-
-fn first_missing_lease(txn: &TxnRequest) -> Option<i64> {
-    fn walk(ops: &[RequestOp]) -> Option<i64> {
-        ops.iter().find_map(|op| match &op.request {
-            Some(Request::RequestPut(p)) if p.lease != 0 && !lease_exists(p.lease) => Some(p.lease),
-            Some(Request::RequestTxn(t)) => walk(&t.success).or_else(|| walk(&t.failure)),
-            _ => None,
-        })
-    }
-    walk(&txn.success).or_else(|| walk(&txn.failure))
 }

@@ -7,6 +7,7 @@ pub fn from_mvcc(e: &mvcc::MvccError) -> EtcdError {
         mvcc::MvccError::Compacted => rpctypes::COMPACTED,
         mvcc::MvccError::FutureRev => rpctypes::FUTURE_REV,
         mvcc::MvccError::KeyNotFound => rpctypes::KEY_NOT_FOUND,
+        mvcc::MvccError::LeaseNotFound => rpctypes::LEASE_NOT_FOUND,
         other => {
             tracing::error!(error = %other, "backend failure");
             rpctypes::CORRUPT

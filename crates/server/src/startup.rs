@@ -114,9 +114,8 @@ pub fn parse_url(url: &str) -> Result<SocketAddr, StartError> {
 }
 
 /// etcd's data dir shape, refusing a dir that holds etcd's own bbolt files.
-fn prepare_data_dir(cfg: &ServerConfig) -> Result<bool, StartError> {
+fn prepare_data_dir(cfg: &ServerConfig) -> Result<(), StartError> {
     let member = cfg.member_dir();
-    let existed = member.join("wal").exists();
     for dir in [member.join("wal"), member.join("snap")] {
         fs::create_dir_all(&dir).map_err(|e| StartError::DataDir(format!("cannot create {}: {e}", dir.display())))?;
     }
@@ -125,8 +124,63 @@ fn prepare_data_dir(cfg: &ServerConfig) -> Result<bool, StartError> {
         use std::os::unix::fs::PermissionsExt;
         let _ = fs::set_permissions(&cfg.data_dir, fs::Permissions::from_mode(0o700));
     }
+    check_backend_is_ours(&cfg.backend_path())
+}
+
+struct Identity {
+    member: MemberInfo,
+    cluster_id: u64,
+    voters: Vec<u64>,
+    restarted: bool,
+}
+
+/// Who this member is. A member with a WAL takes its IDs from it and
+/// ignores the bootstrap flags, as etcd does; a new one derives them from
+/// `--initial-cluster` and `--initial-cluster-token` as etcd derives them.
+fn identity(cfg: &ServerConfig) -> Result<Identity, StartError> {
     check_backend_is_ours(&cfg.backend_path())?;
-    Ok(existed)
+    let wal_dir = cfg.member_dir().join("wal");
+    let recorded = if wal_dir.exists() {
+        consensus::wal::Wal::read_metadata(&wal_dir)
+            .map_err(|e| StartError::DataDir(format!("cannot read the WAL in {}: {e}", wal_dir.display())))?
+    } else {
+        None
+    };
+    if let Some(meta) = recorded {
+        let member = MemberInfo {
+            id: meta.node_id,
+            name: cfg.name.clone(),
+            peer_urls: cfg.initial_advertise_peer_urls.clone(),
+            client_urls: cfg.advertise_client_urls.clone(),
+            is_learner: false,
+        };
+        tracing::info!(local_member_id = %format!("{:x}", meta.node_id), cluster_id = %format!("{:x}", meta.cluster_id),
+            "restarting local member");
+        return Ok(Identity { member, cluster_id: meta.cluster_id, voters: meta.initial_voters, restarted: true });
+    }
+
+    let cluster = membership::parse_initial_cluster(&cfg.initial_cluster).map_err(StartError::Config)?;
+    let Some((_, own_urls)) = cluster.iter().find(|(name, _)| *name == cfg.name) else {
+        return Err(StartError::Config(format!(
+            "couldn't find local name {:?} in the initial cluster configuration",
+            cfg.name
+        )));
+    };
+    let voters: Vec<u64> =
+        cluster.iter().map(|(_, urls)| membership::member_id(urls, &cfg.initial_cluster_token)).collect();
+    if voters.len() > 1 {
+        return Err(StartError::Config(
+            "multi-member clusters are not supported yet: --initial-cluster must name one member".to_string(),
+        ));
+    }
+    let member = MemberInfo {
+        id: membership::member_id(own_urls, &cfg.initial_cluster_token),
+        name: cfg.name.clone(),
+        peer_urls: own_urls.clone(),
+        client_urls: cfg.advertise_client_urls.clone(),
+        is_learner: false,
+    };
+    Ok(Identity { cluster_id: membership::cluster_id(&voters), member, voters, restarted: false })
 }
 
 fn check_backend_is_ours(path: &Path) -> Result<(), StartError> {
@@ -146,32 +200,13 @@ fn check_backend_is_ours(path: &Path) -> Result<(), StartError> {
 
 /// Starts a member: returns once its client listeners are bound.
 pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
-    let cluster = membership::parse_initial_cluster(&cfg.initial_cluster).map_err(StartError::Config)?;
-    let Some((_, own_urls)) = cluster.iter().find(|(name, _)| *name == cfg.name) else {
-        return Err(StartError::Config(format!(
-            "couldn't find local name {:?} in the initial cluster configuration",
-            cfg.name
-        )));
-    };
-    let member_ids: Vec<u64> =
-        cluster.iter().map(|(_, urls)| membership::member_id(urls, &cfg.initial_cluster_token)).collect();
-    let member = MemberInfo {
-        id: membership::member_id(own_urls, &cfg.initial_cluster_token),
-        name: cfg.name.clone(),
-        peer_urls: own_urls.clone(),
-        client_urls: cfg.advertise_client_urls.clone(),
-        is_learner: false,
-    };
-    let cluster_id = membership::cluster_id(&member_ids);
-    if member_ids.len() > 1 {
-        return Err(StartError::Config(
-            "multi-member clusters are not supported yet: --initial-cluster must name one member".to_string(),
-        ));
-    }
+    let identity = identity(&cfg)?;
+    let (member, cluster_id, voters) = (identity.member, identity.cluster_id, identity.voters);
     let client_addrs: Vec<SocketAddr> =
         cfg.listen_client_urls.iter().map(|u| parse_url(u)).collect::<Result<_, _>>()?;
 
-    let existed = prepare_data_dir(&cfg)?;
+    let existed = identity.restarted;
+    prepare_data_dir(&cfg)?;
     tracing::info!(
         etcd_version = ETCD_VERSION,
         oxcd_version = env!("CARGO_PKG_VERSION"),
@@ -188,13 +223,16 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
             .map_err(|e| StartError::Config(format!("backend open task failed: {e}")))??
     };
     let store = Arc::new(store);
+    // Leases arrive with the lease issue; until then none exists, so a put
+    // naming one fails as etcd fails a put with an unknown lease.
+    store.set_lease_lookup(Arc::new(|_lease| false));
     tracing::info!(path = %backend_path.display(), consistent_index = store.consistent_index(),
         revision = store.current_revision(), "opened backend db");
 
     let raft_cfg = RaftConfig {
         id: member.id,
         member_dir: cfg.member_dir(),
-        voters: member_ids.clone(),
+        voters,
         heartbeat: cfg.heartbeat,
         election_timeout: cfg.election_timeout,
         applied: store.consistent_index(),

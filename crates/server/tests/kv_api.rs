@@ -229,3 +229,42 @@ async fn status_and_member_list_describe_this_member() {
     assert_eq!(list.members()[0].id(), s.header().unwrap().member_id());
     m.stop().await;
 }
+
+#[tokio::test]
+async fn unknown_lease_fails_only_in_the_chosen_txn_branch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, mut c) = member(dir.path(), |_| {}).await;
+    c.put("a", "1", None).await.unwrap();
+    // The put with a lease sits in the branch not taken: the txn succeeds.
+    let t = Txn::new()
+        .when([Compare::value("a", CompareOp::Equal, "1")])
+        .and_then([TxnOp::put("b", "2", None)])
+        .or_else([TxnOp::put("c", "3", Some(PutOptions::new().with_lease(7)))]);
+    assert!(c.txn(t).await.unwrap().succeeded());
+    // In the chosen branch it fails the whole txn, which changes nothing.
+    let t = Txn::new()
+        .when([Compare::value("a", CompareOp::Equal, "1")])
+        .and_then([TxnOp::put("d", "4", None), TxnOp::put("e", "5", Some(PutOptions::new().with_lease(7)))]);
+    let e = status_of(c.txn(t).await.unwrap_err());
+    assert_eq!(e, (Code::NotFound, "etcdserver: requested lease not found".into()));
+    let g = c.get("d", None).await.unwrap();
+    assert!(g.kvs().is_empty());
+    assert_eq!(g.header().unwrap().revision(), 3);
+    m.stop().await;
+}
+
+#[tokio::test]
+async fn restart_ignores_bootstrap_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, mut c) = member(dir.path(), |_| {}).await;
+    c.put("a", "1", None).await.unwrap();
+    let first = c.status().await.unwrap();
+    m.stop().await;
+    // Another token would derive other IDs: the WAL's identity wins.
+    let (m, mut c) = member(dir.path(), |cfg| cfg.initial_cluster_token = "other-token".into()).await;
+    let again = c.status().await.unwrap();
+    assert_eq!(again.header().unwrap().member_id(), first.header().unwrap().member_id());
+    assert_eq!(again.header().unwrap().cluster_id(), first.header().unwrap().cluster_id());
+    assert_eq!(c.get("a", None).await.unwrap().kvs()[0].value(), b"1");
+    m.stop().await;
+}

@@ -72,7 +72,7 @@ pub use record::{
 };
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read as _, Write};
 use std::path::{Path, PathBuf};
 
 use raft::eraftpb::{Entry, HardState};
@@ -108,6 +108,9 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> WalError + '_ {
         source,
     }
 }
+
+/// A metadata record holds two IDs and the bootstrap voters: far below this.
+const METADATA_READ_LIMIT: u64 = 1 << 20;
 
 /// Tunables; the defaults are what a member uses.
 #[derive(Clone, Debug)]
@@ -227,6 +230,29 @@ impl Wal {
             snapshot,
             sync_count: 0,
         })
+    }
+
+    /// The identity recorded in the WAL of `dir` (None when there is no
+    /// WAL yet), read from the first record of the newest segment without
+    /// replaying the log: a restarted member takes its identity from here,
+    /// never from bootstrap flags.
+    pub fn read_metadata(dir: &Path) -> Result<Option<Metadata>, WalError> {
+        let segments = list_segments(dir)?;
+        let Some(segment) = segments.last() else {
+            return Ok(None);
+        };
+        let mut head = Vec::new();
+        fs::File::open(&segment.path)
+            .and_then(|f| std::io::Read::take(f, METADATA_READ_LIMIT).read_to_end(&mut head))
+            .map_err(io_err(&segment.path))?;
+        match record::decode(&head) {
+            Ok((Record::Metadata(metadata), _)) => Ok(Some(metadata)),
+            _ => Err(WalError::Corrupt {
+                path: segment.path.clone(),
+                offset: 0,
+                reason: "segment does not start with a metadata record".into(),
+            }),
+        }
     }
 
     /// Opens the WAL in `dir`, reads every record, repairs a torn tail of the

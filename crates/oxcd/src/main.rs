@@ -154,15 +154,24 @@ fn print_version() {
     println!("OS/Arch: {}/{}", std::env::consts::OS, std::env::consts::ARCH);
 }
 
-async fn wait_for_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        std::future::pending::<()>().await;
-        unreachable!()
-    };
-    tokio::select! {
-        _ = term.recv() => "terminated",
-        _ = int.recv() => "interrupt",
+/// SIGTERM and SIGINT, installed before the member starts so that a signal
+/// sent as soon as it is ready is never lost.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals { term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())? })
+    }
+
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "terminated",
+            _ = self.int.recv() => "interrupt",
+        }
     }
 }
 
@@ -191,6 +200,13 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
+        let mut signals = match Signals::install() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("oxcd: cannot install signal handlers: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
         let member = match server::start(cfg).await {
             Ok(m) => m,
             Err(e) => {
@@ -199,7 +215,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let signal = wait_for_signal().await;
+        let signal = signals.recv().await;
         tracing::info!(signal, "received signal; shutting down");
         member.stop().await;
         ExitCode::SUCCESS

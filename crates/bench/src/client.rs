@@ -202,6 +202,11 @@ impl Progress {
         Progress { done, stop, drawer }
     }
 
+    /// A counter that draws nothing.
+    pub fn hidden() -> Progress {
+        Progress::start(0, false)
+    }
+
     pub fn counter(&self) -> Arc<AtomicU64> {
         self.done.clone()
     }

@@ -163,7 +163,12 @@ impl Store {
     }
 
     pub(crate) fn lease_exists(&self, lease: i64) -> bool {
-        lease == 0 || self.lease_lookup.read().as_ref().is_none_or(|lookup| lookup(lease))
+        lease == 0
+            || self
+                .lease_lookup
+                .read()
+                .as_ref()
+                .is_none_or(|lookup| lookup(lease))
     }
 
     /// Begins the one write transaction; blocks while another is alive, so

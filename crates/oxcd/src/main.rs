@@ -23,16 +23,32 @@ struct Flags {
     #[arg(long, env = "ETCD_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// List of URLs to listen on for client traffic.
-    #[arg(long, env = "ETCD_LISTEN_CLIENT_URLS", default_value = "http://localhost:2379")]
+    #[arg(
+        long,
+        env = "ETCD_LISTEN_CLIENT_URLS",
+        default_value = "http://localhost:2379"
+    )]
     listen_client_urls: String,
     /// List of this member's client URLs to advertise to the public.
-    #[arg(long, env = "ETCD_ADVERTISE_CLIENT_URLS", default_value = "http://localhost:2379")]
+    #[arg(
+        long,
+        env = "ETCD_ADVERTISE_CLIENT_URLS",
+        default_value = "http://localhost:2379"
+    )]
     advertise_client_urls: String,
     /// List of URLs to listen on for peer traffic.
-    #[arg(long, env = "ETCD_LISTEN_PEER_URLS", default_value = "http://localhost:2380")]
+    #[arg(
+        long,
+        env = "ETCD_LISTEN_PEER_URLS",
+        default_value = "http://localhost:2380"
+    )]
     listen_peer_urls: String,
     /// List of this member's peer URLs to advertise to the rest of the cluster.
-    #[arg(long, env = "ETCD_INITIAL_ADVERTISE_PEER_URLS", default_value = "http://localhost:2380")]
+    #[arg(
+        long,
+        env = "ETCD_INITIAL_ADVERTISE_PEER_URLS",
+        default_value = "http://localhost:2380"
+    )]
     initial_advertise_peer_urls: String,
     /// Initial cluster configuration for bootstrapping (default "${name}=http://localhost:2380").
     #[arg(long, env = "ETCD_INITIAL_CLUSTER")]
@@ -41,7 +57,11 @@ struct Flags {
     #[arg(long, env = "ETCD_INITIAL_CLUSTER_STATE", default_value = "new")]
     initial_cluster_state: String,
     /// Initial cluster token for the etcd cluster during bootstrap.
-    #[arg(long, env = "ETCD_INITIAL_CLUSTER_TOKEN", default_value = "etcd-cluster")]
+    #[arg(
+        long,
+        env = "ETCD_INITIAL_CLUSTER_TOKEN",
+        default_value = "etcd-cluster"
+    )]
     initial_cluster_token: String,
     /// Number of committed transactions to trigger a snapshot to disk.
     #[arg(long, env = "ETCD_SNAPSHOT_COUNT", default_value_t = 100_000)]
@@ -82,7 +102,8 @@ struct Flags {
 fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
     args.enumerate()
         .map(|(i, a)| {
-            let single_dash_long = i > 0 && a.starts_with('-') && !a.starts_with("--") && a.len() > 2;
+            let single_dash_long =
+                i > 0 && a.starts_with('-') && !a.starts_with("--") && a.len() > 2;
             if single_dash_long {
                 format!("-{a}")
             } else {
@@ -93,7 +114,11 @@ fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
 }
 
 fn split_urls(s: &str) -> Vec<String> {
-    s.split(',').map(str::trim).filter(|u| !u.is_empty()).map(String::from).collect()
+    s.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 fn config_from(flags: Flags) -> Result<ServerConfig, String> {
@@ -113,14 +138,23 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
         ));
     }
     if flags.logger != "zap" {
-        return Err(format!("unknown logger option {:?} (only 'zap' is supported)", flags.logger));
+        return Err(format!(
+            "unknown logger option {:?} (only 'zap' is supported)",
+            flags.logger
+        ));
     }
     let advertise_peer = split_urls(&flags.initial_advertise_peer_urls);
-    let initial_cluster = flags
-        .initial_cluster
-        .unwrap_or_else(|| advertise_peer.iter().map(|u| format!("{}={}", flags.name, u)).collect::<Vec<_>>().join(","));
+    let initial_cluster = flags.initial_cluster.unwrap_or_else(|| {
+        advertise_peer
+            .iter()
+            .map(|u| format!("{}={}", flags.name, u))
+            .collect::<Vec<_>>()
+            .join(",")
+    });
     Ok(ServerConfig {
-        data_dir: flags.data_dir.unwrap_or_else(|| PathBuf::from(format!("{}.oxcd", flags.name))),
+        data_dir: flags
+            .data_dir
+            .unwrap_or_else(|| PathBuf::from(format!("{}.oxcd", flags.name))),
         name: flags.name,
         listen_client_urls: split_urls(&flags.listen_client_urls),
         advertise_client_urls: split_urls(&flags.advertise_client_urls),
@@ -149,9 +183,19 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
 
 fn print_version() {
     println!("oxcd Version: {}", env!("CARGO_PKG_VERSION"));
-    println!("etcd API Version: {}", server::v3rpc::maintenance::ETCD_VERSION);
-    println!("Git SHA: {}", option_env!("OXCD_GIT_SHA").unwrap_or("unknown"));
-    println!("OS/Arch: {}/{}", std::env::consts::OS, std::env::consts::ARCH);
+    println!(
+        "etcd API Version: {}",
+        server::v3rpc::maintenance::ETCD_VERSION
+    );
+    println!(
+        "Git SHA: {}",
+        option_env!("OXCD_GIT_SHA").unwrap_or("unknown")
+    );
+    println!(
+        "OS/Arch: {}/{}",
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    );
 }
 
 /// SIGTERM and SIGINT, installed before the member starts so that a signal
@@ -164,7 +208,10 @@ struct Signals {
 impl Signals {
     fn install() -> std::io::Result<Signals> {
         use tokio::signal::unix::{signal, SignalKind};
-        Ok(Signals { term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())? })
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
     }
 
     async fn recv(&mut self) -> &'static str {
@@ -192,7 +239,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("oxcd: cannot start the runtime: {e}");
@@ -228,7 +278,11 @@ mod tests {
 
     #[test]
     fn single_dash_flags_are_accepted_like_go_flags() {
-        let args = normalize_args(["oxcd", "-name", "x", "--data-dir", "d", "-"].iter().map(|s| s.to_string()));
+        let args = normalize_args(
+            ["oxcd", "-name", "x", "--data-dir", "d", "-"]
+                .iter()
+                .map(|s| s.to_string()),
+        );
         assert_eq!(args, vec!["oxcd", "--name", "x", "--data-dir", "d", "-"]);
     }
 
@@ -245,7 +299,13 @@ mod tests {
 
     #[test]
     fn election_timeout_must_be_five_heartbeats() {
-        let flags = Flags::parse_from(["oxcd", "--heartbeat-interval", "300", "--election-timeout", "1000"]);
+        let flags = Flags::parse_from([
+            "oxcd",
+            "--heartbeat-interval",
+            "300",
+            "--election-timeout",
+            "1000",
+        ]);
         assert!(config_from(flags).unwrap_err().contains("5 times"));
     }
 }

@@ -49,7 +49,8 @@ async fn kill_9_under_concurrent_writes_loses_no_acknowledged_write() {
         // Let writes flow, then kill without warning mid-stream.
         let before = acked.lock().unwrap().len();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while acked.lock().unwrap().len() < before + 1500 && tokio::time::Instant::now() < deadline {
+        while acked.lock().unwrap().len() < before + 1500 && tokio::time::Instant::now() < deadline
+        {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         member.kill9();
@@ -57,25 +58,59 @@ async fn kill_9_under_concurrent_writes_loses_no_acknowledged_write() {
         for w in writers {
             let _ = w.await;
         }
-        assert!(acked.lock().unwrap().len() > before, "round {round}: no write was acknowledged");
+        assert!(
+            acked.lock().unwrap().len() > before,
+            "round {round}: no write was acknowledged"
+        );
     }
 
     let member = Process::start_oxcd(&bin, dir.path(), &args);
     let mut client = connect(&member.endpoint).await;
-    let resp = client.get("", Some(GetOptions::new().with_all_keys())).await.expect("get all");
+    let resp = client
+        .get("", Some(GetOptions::new().with_all_keys()))
+        .await
+        .expect("get all");
     let stored: std::collections::HashMap<String, String> = resp
         .kvs()
         .iter()
-        .map(|kv| (kv.key_str().unwrap().to_string(), kv.value_str().unwrap().to_string()))
+        .map(|kv| {
+            (
+                kv.key_str().unwrap().to_string(),
+                kv.value_str().unwrap().to_string(),
+            )
+        })
         .collect();
     let acked = acked.lock().unwrap();
-    eprintln!("{} acknowledged puts over {ROUNDS} kill -9 rounds; {} keys stored", acked.len(), stored.len());
-    let lost: Vec<_> = acked.iter().filter(|(k, v)| stored.get(k) != Some(v)).collect();
-    assert!(lost.is_empty(), "{} acknowledged writes lost, e.g. {:?}", lost.len(), &lost[..lost.len().min(5)]);
+    eprintln!(
+        "{} acknowledged puts over {ROUNDS} kill -9 rounds; {} keys stored",
+        acked.len(),
+        stored.len()
+    );
+    let lost: Vec<_> = acked
+        .iter()
+        .filter(|(k, v)| stored.get(k) != Some(v))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged writes lost, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
     // Every stored key is a put that took effect exactly once: one revision each.
     let revision = resp.header().unwrap().revision();
-    assert_eq!(revision as usize, stored.len() + 1, "revision {} for {} keys: something applied twice or was lost", revision, stored.len());
+    assert_eq!(
+        revision as usize,
+        stored.len() + 1,
+        "revision {} for {} keys: something applied twice or was lost",
+        revision,
+        stored.len()
+    );
     for kv in resp.kvs() {
-        assert_eq!(kv.version(), 1, "{} applied more than once", kv.key_str().unwrap());
+        assert_eq!(
+            kv.version(),
+            1,
+            "{} applied more than once",
+            kv.key_str().unwrap()
+        );
     }
 }

@@ -2,8 +2,8 @@
 //! a reference etcd (Debian's 3.4.23); every output must be identical once
 //! the member-specific header fields (cluster, member, term) are masked.
 
-use std::process::{Command, Stdio};
 use std::io::Write;
+use std::process::{Command, Stdio};
 
 use regex::Regex;
 use testkit::Process;
@@ -14,11 +14,17 @@ struct Step {
 }
 
 fn step(args: &[&str]) -> Step {
-    Step { args: args.iter().map(|s| s.to_string()).collect(), stdin: None }
+    Step {
+        args: args.iter().map(|s| s.to_string()).collect(),
+        stdin: None,
+    }
 }
 
 fn txn(args: &[&str], stdin: &str) -> Step {
-    Step { args: args.iter().map(|s| s.to_string()).collect(), stdin: Some(stdin.to_string()) }
+    Step {
+        args: args.iter().map(|s| s.to_string()).collect(),
+        stdin: Some(stdin.to_string()),
+    }
 }
 
 fn session() -> Vec<Step> {
@@ -34,15 +40,44 @@ fn session() -> Vec<Step> {
         step(&["get", "foo", "--rev=100"]),
         step(&["put", "", "x"]),
         step(&["get", ""]),
-        txn(&["txn"], "value(\"foo\") = \"bar2\"\n\nput foo 1\nput foo 2\n\n\n"),
-        txn(&["txn", "-w", "json"], "mod(\"foo\") > \"0\"\n\nput t1 1\nget foo\n\nput t2 2\n\n"),
-        txn(&["txn"], "value(\"foo\") = \"nope\"\n\nput t3 1\n\nput t4 2\nget t1\n\n"),
-        txn(&["txn", "-w", "json"], "version(\"t1\") = \"1\"\ncreate(\"t1\") > \"1\"\n\ndel t1 --prev-kv\n\n\n"),
+        txn(
+            &["txn"],
+            "value(\"foo\") = \"bar2\"\n\nput foo 1\nput foo 2\n\n\n",
+        ),
+        txn(
+            &["txn", "-w", "json"],
+            "mod(\"foo\") > \"0\"\n\nput t1 1\nget foo\n\nput t2 2\n\n",
+        ),
+        txn(
+            &["txn"],
+            "value(\"foo\") = \"nope\"\n\nput t3 1\n\nput t4 2\nget t1\n\n",
+        ),
+        txn(
+            &["txn", "-w", "json"],
+            "version(\"t1\") = \"1\"\ncreate(\"t1\") > \"1\"\n\ndel t1 --prev-kv\n\n\n",
+        ),
         txn(&["txn"], &format!("\n{too_many}\n\n")),
         step(&["get", "", "--from-key", "--keys-only"]),
-        step(&["get", "foo", "--prefix", "--sort-by=MODIFY", "--order=DESCEND", "--limit", "1", "-w", "json"]),
+        step(&[
+            "get",
+            "foo",
+            "--prefix",
+            "--sort-by=MODIFY",
+            "--order=DESCEND",
+            "--limit",
+            "1",
+            "-w",
+            "json",
+        ]),
         step(&["get", "", "--prefix", "--sort-by=VALUE", "--order=ASCEND"]),
-        step(&["get", "", "--prefix", "--sort-by=CREATE", "--order=DESCEND", "--keys-only"]),
+        step(&[
+            "get",
+            "",
+            "--prefix",
+            "--sort-by=CREATE",
+            "--order=DESCEND",
+            "--keys-only",
+        ]),
         step(&["get", "", "--prefix", "--sort-by=VERSION"]),
         step(&["get", "", "--prefix", "--limit", "2", "-w", "json"]),
         step(&["get", "", "--prefix", "--count-only", "-w", "json"]),
@@ -76,10 +111,14 @@ fn etcdctl(endpoint: &str, s: &Step) -> String {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("etcdctl is installed (apt-get install etcd-client)");
+    let mut child = cmd
+        .spawn()
+        .expect("etcdctl is installed (apt-get install etcd-client)");
     let mut stdin = child.stdin.take().expect("piped");
     if let Some(input) = &s.stdin {
-        stdin.write_all(input.as_bytes()).expect("write etcdctl stdin");
+        stdin
+            .write_all(input.as_bytes())
+            .expect("write etcdctl stdin");
     }
     drop(stdin);
     let out = child.wait_with_output().expect("etcdctl runs");
@@ -89,7 +128,12 @@ fn etcdctl(endpoint: &str, s: &Step) -> String {
         .filter(|l| !l.starts_with("{\"level\":"))
         .map(|l| format!("{l}\n"))
         .collect();
-    format!("exit={:?}\n{}{}", out.status.code(), String::from_utf8_lossy(&out.stdout), stderr)
+    format!(
+        "exit={:?}\n{}{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        stderr
+    )
 }
 
 fn mask(s: &str) -> String {
@@ -112,10 +156,18 @@ fn etcdctl_session_matches_reference_etcd() {
         let want = mask(&etcdctl(reference.host_port(), &s));
         let got = mask(&etcdctl(oxcd.host_port(), &s));
         if want != got {
-            mismatches.push(format!("etcdctl {:?}\n--- etcd:\n{want}--- oxcd:\n{got}", s.args));
+            mismatches.push(format!(
+                "etcdctl {:?}\n--- etcd:\n{want}--- oxcd:\n{got}",
+                s.args
+            ));
         }
     }
-    assert!(mismatches.is_empty(), "{} of the steps differ:\n{}", mismatches.len(), mismatches.join("\n"));
+    assert!(
+        mismatches.is_empty(),
+        "{} of the steps differ:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
 }
 
 #[test]
@@ -129,12 +181,17 @@ fn etcdctl_endpoint_status_and_health() {
             .args(args)
             .output()
             .expect("etcdctl is installed");
-        assert!(out.status.success(), "etcdctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         // etcdctl prints some results (endpoint health) on stderr.
         String::from_utf8(out.stdout).unwrap() + &String::from_utf8(out.stderr).unwrap()
     };
     run(&["put", "a", "1"]);
-    let status: serde_json::Value = serde_json::from_str(run(&["endpoint", "status", "-w", "json"]).trim()).unwrap();
+    let status: serde_json::Value =
+        serde_json::from_str(run(&["endpoint", "status", "-w", "json"]).trim()).unwrap();
     let st = &status[0]["Status"];
     assert_eq!(st["version"], "3.5.13");
     assert_eq!(st["leader"], st["header"]["member_id"]);
@@ -145,10 +202,19 @@ fn etcdctl_endpoint_status_and_health() {
     assert_eq!(st["header"]["revision"], 2);
 
     let table = run(&["endpoint", "status", "-w", "table"]);
-    assert!(table.contains("ENDPOINT") && table.contains("RAFT APPLIED INDEX"), "{table}");
-    assert!(table.contains("3.5.13") && table.contains("true"), "{table}");
+    assert!(
+        table.contains("ENDPOINT") && table.contains("RAFT APPLIED INDEX"),
+        "{table}"
+    );
+    assert!(
+        table.contains("3.5.13") && table.contains("true"),
+        "{table}"
+    );
     let health = run(&["endpoint", "health"]);
-    assert!(health.contains("is healthy: successfully committed proposal"), "{health}");
+    assert!(
+        health.contains("is healthy: successfully committed proposal"),
+        "{health}"
+    );
     let members = run(&["member", "list", "-w", "json"]);
     assert!(members.contains("\"name\":\"default\""), "{members}");
 }

@@ -15,12 +15,16 @@ fn etcdctl(endpoint: &str, args: &[&str]) -> (bool, String) {
         .args(args)
         .output()
         .expect("etcdctl is installed (apt-get install etcd-client)");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.success(), text)
 }
 
 fn run_oxcd(args: &[&str]) -> std::process::Output {
-    Command::new(testkit::oxcd_bin()).args(args).output().expect("oxcd runs")
+    Command::new(testkit::oxcd_bin())
+        .args(args)
+        .output()
+        .expect("oxcd runs")
 }
 
 #[test]
@@ -28,8 +32,14 @@ fn sigterm_exits_zero_and_a_restart_resumes() {
     let dir = tempfile::tempdir().unwrap();
     let mut m = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
     assert!(etcdctl(m.host_port(), &["put", "k", "v1"]).0);
-    let status = m.terminate(Duration::from_secs(20)).expect("oxcd exits after SIGTERM");
-    assert!(status.success(), "exit status {status:?}; log:\n{}", m.log_text());
+    let status = m
+        .terminate(Duration::from_secs(20))
+        .expect("oxcd exits after SIGTERM");
+    assert!(
+        status.success(),
+        "exit status {status:?}; log:\n{}",
+        m.log_text()
+    );
     assert!(m.log_text().contains("received signal; shutting down"));
 
     let m = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
@@ -64,12 +74,18 @@ fn logs_are_etcd_shaped_json() {
     let lines = m.log_lines();
     assert!(!lines.is_empty());
     for line in &lines {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
         for field in ["level", "ts", "caller", "msg"] {
             assert!(v.get(field).is_some(), "{field} missing in {line}");
         }
     }
-    for msg in ["became leader at term", "published local member to cluster through raft", "enabled capabilities for version", "ready to serve client requests"] {
+    for msg in [
+        "became leader at term",
+        "published local member to cluster through raft",
+        "enabled capabilities for version",
+        "ready to serve client requests",
+    ] {
         assert!(lines.iter().any(|l| l.contains(msg)), "no {msg:?} line");
     }
 }
@@ -92,11 +108,24 @@ fn version_and_help() {
     let out = run_oxcd(&["--version"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("oxcd Version:") && text.contains("etcd API Version: 3.5.13"), "{text}");
+    assert!(
+        text.contains("oxcd Version:") && text.contains("etcd API Version: 3.5.13"),
+        "{text}"
+    );
     let out = run_oxcd(&["--help"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for flag in ["--data-dir", "--listen-client-urls", "--initial-cluster", "--snapshot-count", "--max-request-bytes", "--max-txn-ops", "--quota-backend-bytes", "--max-concurrent-streams", "--log-level"] {
+    for flag in [
+        "--data-dir",
+        "--listen-client-urls",
+        "--initial-cluster",
+        "--snapshot-count",
+        "--max-request-bytes",
+        "--max-txn-ops",
+        "--quota-backend-bytes",
+        "--max-concurrent-streams",
+        "--log-level",
+    ] {
         assert!(text.contains(flag), "{flag} not in --help");
     }
 }
@@ -112,7 +141,10 @@ fn etcd_env_vars_configure_the_member() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("couldn't find local name \"from-env\""), "{err}");
+    assert!(
+        err.contains("couldn't find local name \"from-env\""),
+        "{err}"
+    );
 }
 
 #[test]
@@ -124,11 +156,20 @@ fn a_data_dir_holding_etcds_bbolt_files_is_refused() {
     let mut page = vec![0u8; 4096];
     page[16..20].copy_from_slice(&0xED0C_DAEDu32.to_le_bytes());
     fs::write(snap.join("db"), &page).unwrap();
-    let out = run_oxcd(&["--data-dir", dir.path().to_str().unwrap(), "--listen-client-urls", "http://127.0.0.1:0"]);
+    let out = run_oxcd(&[
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--listen-client-urls",
+        "http://127.0.0.1:0",
+    ]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not an oxcd backend"), "{err}");
-    assert_eq!(fs::read(snap.join("db")).unwrap(), page, "the etcd file was modified");
+    assert_eq!(
+        fs::read(snap.join("db")).unwrap(),
+        page,
+        "the etcd file was modified"
+    );
 }
 
 fn wal_segments(dir: &Path) -> Vec<std::path::PathBuf> {
@@ -156,11 +197,18 @@ fn a_torn_wal_tail_is_repaired_and_mid_log_corruption_refuses_to_start() {
     let len = bytes.len();
     fs::write(&segment, &bytes[..len - 3]).unwrap();
     let mut m = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
-    assert!(m.log_text().contains("repairing torn tail"), "{}", m.log_text());
+    assert!(
+        m.log_text().contains("repairing torn tail"),
+        "{}",
+        m.log_text()
+    );
     let (ok, out) = etcdctl(m.host_port(), &["get", "k", "--prefix", "--keys-only"]);
     // The record cut off was the last acknowledged put's (or raft's own
     // bookkeeping after it): at least the 19 before it are there.
-    assert!(ok && out.lines().filter(|l| l.starts_with('k')).count() >= 19, "{out}");
+    assert!(
+        ok && out.lines().filter(|l| l.starts_with('k')).count() >= 19,
+        "{out}"
+    );
     m.kill9();
 
     // A flipped byte in the middle of the log: refuse, with file and offset.
@@ -168,8 +216,16 @@ fn a_torn_wal_tail_is_repaired_and_mid_log_corruption_refuses_to_start() {
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0xff;
     fs::write(&segment, &bytes).unwrap();
-    let out = run_oxcd(&["--data-dir", dir.path().to_str().unwrap(), "--listen-client-urls", "http://127.0.0.1:0"]);
+    let out = run_oxcd(&[
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--listen-client-urls",
+        "http://127.0.0.1:0",
+    ]);
     assert!(!out.status.success(), "started on a corrupt WAL");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains(segment.file_name().unwrap().to_str().unwrap()), "{err}");
+    assert!(
+        err.contains(segment.file_name().unwrap().to_str().unwrap()),
+        "{err}"
+    );
 }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use api::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeResponse, InternalRaftRequest, PutRequest, PutResponse,
-    ResponseHeader, TxnRequest, TxnResponse,
+    CompactionRequest, CompactionResponse, DeleteRangeResponse, InternalRaftRequest, PutRequest,
+    PutResponse, ResponseHeader, TxnRequest, TxnResponse,
 };
 use api::rpctypes::{self, EtcdError};
 use consensus::{CommittedBatch, RaftHandle};
@@ -49,7 +49,10 @@ pub struct Applier {
 impl Applier {
     /// Runs until the raft side closes the committed-entries channel.
     pub fn run(self, mut committed: mpsc::Receiver<CommittedBatch>) {
-        let runtime = match tokio::runtime::Builder::new_current_thread().enable_time().build() {
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+        {
             Ok(rt) => rt,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start the apply loop");
@@ -141,13 +144,17 @@ impl Applier {
             let mut w = self.store.write(index);
             let result = w.delete_range(&delete);
             w.end();
-            return result.map(ApplyResponse::DeleteRange).map_err(|e| errors::from_mvcc(&e));
+            return result
+                .map(ApplyResponse::DeleteRange)
+                .map_err(|e| errors::from_mvcc(&e));
         }
         if let Some(txn) = request.txn {
             return self.apply_txn(&txn, index).map(ApplyResponse::Txn);
         }
         if let Some(compaction) = request.compaction {
-            return self.apply_compaction(&compaction, index).map(ApplyResponse::Compaction);
+            return self
+                .apply_compaction(&compaction, index)
+                .map(ApplyResponse::Compaction);
         }
         // Requests of services not built yet are never proposed; record the
         // index so that replay stays idempotent.
@@ -169,13 +176,22 @@ impl Applier {
         result.map_err(|e| errors::from_mvcc(&e))
     }
 
-    fn apply_compaction(&self, req: &CompactionRequest, index: u64) -> Result<CompactionResponse, EtcdError> {
+    fn apply_compaction(
+        &self,
+        req: &CompactionRequest,
+        index: u64,
+    ) -> Result<CompactionResponse, EtcdError> {
         let result = self.store.compact(req.revision, index);
         if result.is_err() {
             self.store.set_consistent_index(index);
         }
         result.map_err(|e| errors::from_mvcc(&e))?;
-        let header = ResponseHeader { revision: self.store.current_revision(), ..Default::default() };
-        Ok(CompactionResponse { header: Some(header) })
+        let header = ResponseHeader {
+            revision: self.store.current_revision(),
+            ..Default::default()
+        };
+        Ok(CompactionResponse {
+            header: Some(header),
+        })
     }
 }

@@ -4,8 +4,8 @@
 
 use std::collections::HashSet;
 
-use api::etcdserverpb::request_op::Request;
 use api::etcdserverpb::range_request::{SortOrder, SortTarget};
+use api::etcdserverpb::request_op::Request;
 use api::etcdserverpb::{DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest};
 use api::rpctypes::{self, EtcdError};
 
@@ -81,8 +81,15 @@ struct Interval {
 
 impl Interval {
     fn of(d: &DeleteRangeRequest) -> Interval {
-        let end = if d.range_end.is_empty() { None } else { Some(d.range_end.to_vec()) };
-        Interval { key: d.key.to_vec(), end }
+        let end = if d.range_end.is_empty() {
+            None
+        } else {
+            Some(d.range_end.to_vec())
+        };
+        Interval {
+            key: d.key.to_vec(),
+            end,
+        }
     }
 
     fn contains(&self, k: &[u8]) -> bool {
@@ -109,7 +116,9 @@ fn check_intervals(reqs: &[RequestOp]) -> Result<(HashSet<Vec<u8>>, Vec<Interval
 
     let mut puts: HashSet<Vec<u8>> = HashSet::new();
     for op in reqs {
-        let Some(Request::RequestTxn(t)) = &op.request else { continue };
+        let Some(Request::RequestTxn(t)) = &op.request else {
+            continue;
+        };
         let (puts_then, dels_then) = check_intervals(&t.success)?;
         let (puts_else, dels_else) = check_intervals(&t.failure)?;
         for k in &puts_then {
@@ -128,7 +137,9 @@ fn check_intervals(reqs: &[RequestOp]) -> Result<(HashSet<Vec<u8>>, Vec<Interval
         dels.extend(dels_else);
     }
     for op in reqs {
-        let Some(Request::RequestPut(p)) = &op.request else { continue };
+        let Some(Request::RequestPut(p)) = &op.request else {
+            continue;
+        };
         let k = p.key.to_vec();
         if puts.contains(&k) || deleted(&dels, &k) {
             return Err(rpctypes::DUPLICATE_KEY);
@@ -161,7 +172,10 @@ mod tests {
 
     fn put(k: &str) -> RequestOp {
         RequestOp {
-            request: Some(Request::RequestPut(PutRequest { key: k.as_bytes().to_vec().into(), ..Default::default() })),
+            request: Some(Request::RequestPut(PutRequest {
+                key: k.as_bytes().to_vec().into(),
+                ..Default::default()
+            })),
         }
     }
     fn del(k: &str, end: &str) -> RequestOp {
@@ -174,33 +188,56 @@ mod tests {
         }
     }
     fn txn(success: Vec<RequestOp>, failure: Vec<RequestOp>) -> TxnRequest {
-        TxnRequest { compare: vec![], success, failure }
+        TxnRequest {
+            compare: vec![],
+            success,
+            failure,
+        }
     }
 
     #[test]
     fn txn_rejects_duplicate_put_keys() {
-        assert_eq!(check_txn(&txn(vec![put("a"), put("a")], vec![]), 128), Err(rpctypes::DUPLICATE_KEY));
+        assert_eq!(
+            check_txn(&txn(vec![put("a"), put("a")], vec![]), 128),
+            Err(rpctypes::DUPLICATE_KEY)
+        );
     }
 
     #[test]
     fn txn_rejects_put_inside_deleted_range() {
-        assert_eq!(check_txn(&txn(vec![del("a", "c"), put("b")], vec![]), 128), Err(rpctypes::DUPLICATE_KEY));
-        assert_eq!(check_txn(&txn(vec![del("a", "\0"), put("z")], vec![]), 128), Err(rpctypes::DUPLICATE_KEY));
+        assert_eq!(
+            check_txn(&txn(vec![del("a", "c"), put("b")], vec![]), 128),
+            Err(rpctypes::DUPLICATE_KEY)
+        );
+        assert_eq!(
+            check_txn(&txn(vec![del("a", "\0"), put("z")], vec![]), 128),
+            Err(rpctypes::DUPLICATE_KEY)
+        );
         assert!(check_txn(&txn(vec![del("a", "c"), put("c")], vec![]), 128).is_ok());
     }
 
     #[test]
     fn txn_allows_same_key_in_both_branches_of_nested_txn() {
-        let nested = RequestOp { request: Some(Request::RequestTxn(txn(vec![put("a")], vec![put("a")]))) };
+        let nested = RequestOp {
+            request: Some(Request::RequestTxn(txn(vec![put("a")], vec![put("a")]))),
+        };
         assert!(check_txn(&txn(vec![nested], vec![]), 128).is_ok());
-        let nested = RequestOp { request: Some(Request::RequestTxn(txn(vec![put("a")], vec![]))) };
-        assert_eq!(check_txn(&txn(vec![nested, put("a")], vec![]), 128), Err(rpctypes::DUPLICATE_KEY));
+        let nested = RequestOp {
+            request: Some(Request::RequestTxn(txn(vec![put("a")], vec![]))),
+        };
+        assert_eq!(
+            check_txn(&txn(vec![nested, put("a")], vec![]), 128),
+            Err(rpctypes::DUPLICATE_KEY)
+        );
     }
 
     #[test]
     fn txn_rejects_too_many_operations() {
         let ops: Vec<RequestOp> = (0..129).map(|i| put(&format!("k{i}"))).collect();
-        assert_eq!(check_txn(&txn(ops, vec![]), 128), Err(rpctypes::TOO_MANY_OPS));
+        assert_eq!(
+            check_txn(&txn(ops, vec![]), 128),
+            Err(rpctypes::TOO_MANY_OPS)
+        );
         let ops: Vec<RequestOp> = (0..128).map(|i| put(&format!("k{i}"))).collect();
         assert!(check_txn(&txn(ops, vec![]), 128).is_ok());
     }
@@ -217,16 +254,33 @@ mod tests {
     #[test]
     fn put_checks_match_etcd() {
         assert_eq!(check_put(&PutRequest::default()), Err(rpctypes::EMPTY_KEY));
-        let p = PutRequest { key: "k".into(), value: "v".into(), ignore_value: true, ..Default::default() };
+        let p = PutRequest {
+            key: "k".into(),
+            value: "v".into(),
+            ignore_value: true,
+            ..Default::default()
+        };
         assert_eq!(check_put(&p), Err(rpctypes::VALUE_PROVIDED));
-        let p = PutRequest { key: "k".into(), lease: 5, ignore_lease: true, ..Default::default() };
+        let p = PutRequest {
+            key: "k".into(),
+            lease: 5,
+            ignore_lease: true,
+            ..Default::default()
+        };
         assert_eq!(check_put(&p), Err(rpctypes::LEASE_PROVIDED));
     }
 
     #[test]
     fn range_rejects_unknown_sort_option() {
-        let r = RangeRequest { key: "k".into(), sort_order: 7, ..Default::default() };
+        let r = RangeRequest {
+            key: "k".into(),
+            sort_order: 7,
+            ..Default::default()
+        };
         assert_eq!(check_range(&r), Err(rpctypes::INVALID_SORT_OPTION));
-        assert_eq!(check_range(&RangeRequest::default()), Err(rpctypes::EMPTY_KEY));
+        assert_eq!(
+            check_range(&RangeRequest::default()),
+            Err(rpctypes::EMPTY_KEY)
+        );
     }
 }

@@ -49,7 +49,16 @@ impl EtcdServer {
         applied: watch::Receiver<u64>,
     ) -> EtcdServer {
         let request_ids = RequestIdGenerator::new(member.id);
-        EtcdServer { cfg, store, raft, member, cluster_id, wait, applied, request_ids }
+        EtcdServer {
+            cfg,
+            store,
+            raft,
+            member,
+            cluster_id,
+            wait,
+            applied,
+            request_ids,
+        }
     }
 
     /// A response header for this member at the store's current revision.
@@ -77,13 +86,19 @@ impl EtcdServer {
 
     /// Proposes one request through raft and waits until this member has
     /// applied it (etcd's processInternalRaftRequestOnce).
-    pub async fn propose(&self, mut request: InternalRaftRequest) -> Result<ApplyResponse, EtcdError> {
+    pub async fn propose(
+        &self,
+        mut request: InternalRaftRequest,
+    ) -> Result<ApplyResponse, EtcdError> {
         let status = self.raft.status();
         if status.commit_index > *self.applied.borrow() + MAX_GAP_BETWEEN_APPLY_AND_COMMIT {
             return Err(rpctypes::REQUEST_TOO_MANY_REQUESTS);
         }
         let id = self.request_ids.next();
-        request.header = Some(RequestHeader { id, ..Default::default() });
+        request.header = Some(RequestHeader {
+            id,
+            ..Default::default()
+        });
         let data = request.encode_to_vec();
         if data.len() > self.cfg.max_request_bytes {
             return Err(rpctypes::REQUEST_TOO_LARGE);
@@ -91,7 +106,10 @@ impl EtcdServer {
 
         let deadline = tokio::time::Instant::now() + self.cfg.request_timeout();
         let applied = self.wait.register(id);
-        if let Err(e) = self.with_leader(deadline, || self.raft.propose(data.clone())).await {
+        if let Err(e) = self
+            .with_leader(deadline, || self.raft.propose(data.clone()))
+            .await
+        {
             self.wait.cancel(id);
             return Err(e);
         }
@@ -110,7 +128,9 @@ impl EtcdServer {
     /// read began, as confirmed by a quorum (ReadIndex, ReadOnlySafe).
     pub async fn linearizable_read_notify(&self) -> Result<(), EtcdError> {
         let deadline = tokio::time::Instant::now() + self.cfg.request_timeout();
-        let read_index = self.with_leader(deadline, || self.raft.read_index()).await?;
+        let read_index = self
+            .with_leader(deadline, || self.raft.read_index())
+            .await?;
         self.wait_applied(read_index, deadline).await
     }
 
@@ -119,7 +139,11 @@ impl EtcdServer {
     /// wait: without a leader they end in "request timed out". Nothing is
     /// handed to raft while there is no leader, so a request that timed out
     /// here can never commit later.
-    async fn with_leader<T, F, Fut>(&self, deadline: tokio::time::Instant, op: F) -> Result<T, EtcdError>
+    async fn with_leader<T, F, Fut>(
+        &self,
+        deadline: tokio::time::Instant,
+        op: F,
+    ) -> Result<T, EtcdError>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, consensus::ConsensusError>>,
@@ -133,15 +157,24 @@ impl EtcdServer {
                     }
                     tokio::time::sleep(LEADER_POLL_INTERVAL).await;
                 }
-                Ok(Err(consensus::ConsensusError::Timeout)) | Err(_) => return Err(rpctypes::TIMEOUT),
+                Ok(Err(consensus::ConsensusError::Timeout)) | Err(_) => {
+                    return Err(rpctypes::TIMEOUT)
+                }
                 Ok(Err(e)) => return Err(errors::from_consensus(&e)),
             }
         }
     }
 
-    async fn wait_applied(&self, index: u64, deadline: tokio::time::Instant) -> Result<(), EtcdError> {
+    async fn wait_applied(
+        &self,
+        index: u64,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), EtcdError> {
         let mut applied = self.applied.clone();
-        let reached = tokio::time::timeout_at(deadline, async { applied.wait_for(|a| *a >= index).await.is_ok() }).await;
+        let reached = tokio::time::timeout_at(deadline, async {
+            applied.wait_for(|a| *a >= index).await.is_ok()
+        })
+        .await;
         match reached {
             Ok(true) => Ok(()),
             Ok(false) => Err(rpctypes::STOPPED),
@@ -167,10 +200,16 @@ const COUNT_BITS: u32 = 8;
 
 impl RequestIdGenerator {
     fn new(member_id: u64) -> Self {
-        let millis = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        let millis = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
         let prefix = (member_id & 0xffff) << SUFFIX_BITS;
         let suffix = (millis & ((1 << 40) - 1)) << COUNT_BITS;
-        RequestIdGenerator { prefix, suffix: AtomicU64::new(suffix) }
+        RequestIdGenerator {
+            prefix,
+            suffix: AtomicU64::new(suffix),
+        }
     }
 
     fn next(&self) -> u64 {

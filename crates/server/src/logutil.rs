@@ -42,11 +42,16 @@ impl JsonFields {
         if field.name() == "message" {
             self.msg = value.to_string();
         } else {
-            self.rest.push_str(&format!(",{}:{}", json_string(field.name()), json_string(value)));
+            self.rest.push_str(&format!(
+                ",{}:{}",
+                json_string(field.name()),
+                json_string(value)
+            ));
         }
     }
     fn push_raw(&mut self, field: &Field, value: &str) {
-        self.rest.push_str(&format!(",{}:{}", json_string(field.name()), value));
+        self.rest
+            .push_str(&format!(",{}:{}", json_string(field.name()), value));
     }
 }
 
@@ -83,9 +88,17 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
     N: for<'a> FormatFields<'a> + 'static,
 {
-    fn format_event(&self, _ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> fmt::Result {
+    fn format_event(
+        &self,
+        _ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
         let meta = event.metadata();
-        let mut fields = JsonFields { msg: String::new(), rest: String::new() };
+        let mut fields = JsonFields {
+            msg: String::new(),
+            rest: String::new(),
+        };
         event.record(&mut fields);
         let caller = match (meta.file(), meta.line()) {
             (Some(file), Some(line)) => format!("{}:{}", short_path(file), line),
@@ -119,7 +132,11 @@ pub fn init(level: &str) -> Result<(), String> {
         "info" => "info",
         "warn" => "warn",
         "error" | "dpanic" | "panic" | "fatal" => "error",
-        other => return Err(format!("unknown log level {other:?} (debug, info, warn, error, panic, fatal)")),
+        other => {
+            return Err(format!(
+                "unknown log level {other:?} (debug, info, warn, error, panic, fatal)"
+            ))
+        }
     };
     let subscriber = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))

@@ -94,18 +94,35 @@ impl Member {
 }
 
 pub fn parse_url(url: &str) -> Result<SocketAddr, StartError> {
-    let parsed = url::Url::parse(url).map_err(|e| StartError::Config(format!("invalid URL {url:?}: {e}")))?;
+    let parsed = url::Url::parse(url)
+        .map_err(|e| StartError::Config(format!("invalid URL {url:?}: {e}")))?;
     match parsed.scheme() {
         "http" => {}
         "https" | "unixs" => {
-            return Err(StartError::Config(format!("TLS is not supported yet: {url}")));
+            return Err(StartError::Config(format!(
+                "TLS is not supported yet: {url}"
+            )));
         }
-        other => return Err(StartError::Config(format!("URL scheme must be http, https, unix or unixs: {other}"))),
+        other => {
+            return Err(StartError::Config(format!(
+                "URL scheme must be http, https, unix or unixs: {other}"
+            )))
+        }
     }
-    let host = parsed.host_str().ok_or_else(|| StartError::Config(format!("URL has no host: {url}")))?;
+    let host = parsed
+        .host_str()
+        .ok_or_else(|| StartError::Config(format!("URL has no host: {url}")))?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    let port = parsed.port().ok_or_else(|| StartError::Config(format!("URL address does not have the form \"host:port\": {url}")))?;
-    let host = if host == "localhost" { "127.0.0.1" } else { host };
+    let port = parsed.port().ok_or_else(|| {
+        StartError::Config(format!(
+            "URL address does not have the form \"host:port\": {url}"
+        ))
+    })?;
+    let host = if host == "localhost" {
+        "127.0.0.1"
+    } else {
+        host
+    };
     (host, port)
         .to_socket_addrs()
         .map_err(|e| StartError::Config(format!("cannot resolve {url}: {e}")))?
@@ -117,7 +134,8 @@ pub fn parse_url(url: &str) -> Result<SocketAddr, StartError> {
 fn prepare_data_dir(cfg: &ServerConfig) -> Result<(), StartError> {
     let member = cfg.member_dir();
     for dir in [member.join("wal"), member.join("snap")] {
-        fs::create_dir_all(&dir).map_err(|e| StartError::DataDir(format!("cannot create {}: {e}", dir.display())))?;
+        fs::create_dir_all(&dir)
+            .map_err(|e| StartError::DataDir(format!("cannot create {}: {e}", dir.display())))?;
     }
     #[cfg(unix)]
     {
@@ -141,8 +159,9 @@ fn identity(cfg: &ServerConfig) -> Result<Identity, StartError> {
     check_backend_is_ours(&cfg.backend_path())?;
     let wal_dir = cfg.member_dir().join("wal");
     let recorded = if wal_dir.exists() {
-        consensus::wal::Wal::read_metadata(&wal_dir)
-            .map_err(|e| StartError::DataDir(format!("cannot read the WAL in {}: {e}", wal_dir.display())))?
+        consensus::wal::Wal::read_metadata(&wal_dir).map_err(|e| {
+            StartError::DataDir(format!("cannot read the WAL in {}: {e}", wal_dir.display()))
+        })?
     } else {
         None
     };
@@ -156,21 +175,30 @@ fn identity(cfg: &ServerConfig) -> Result<Identity, StartError> {
         };
         tracing::info!(local_member_id = %format!("{:x}", meta.node_id), cluster_id = %format!("{:x}", meta.cluster_id),
             "restarting local member");
-        return Ok(Identity { member, cluster_id: meta.cluster_id, voters: meta.initial_voters, restarted: true });
+        return Ok(Identity {
+            member,
+            cluster_id: meta.cluster_id,
+            voters: meta.initial_voters,
+            restarted: true,
+        });
     }
 
-    let cluster = membership::parse_initial_cluster(&cfg.initial_cluster).map_err(StartError::Config)?;
+    let cluster =
+        membership::parse_initial_cluster(&cfg.initial_cluster).map_err(StartError::Config)?;
     let Some((_, own_urls)) = cluster.iter().find(|(name, _)| *name == cfg.name) else {
         return Err(StartError::Config(format!(
             "couldn't find local name {:?} in the initial cluster configuration",
             cfg.name
         )));
     };
-    let voters: Vec<u64> =
-        cluster.iter().map(|(_, urls)| membership::member_id(urls, &cfg.initial_cluster_token)).collect();
+    let voters: Vec<u64> = cluster
+        .iter()
+        .map(|(_, urls)| membership::member_id(urls, &cfg.initial_cluster_token))
+        .collect();
     if voters.len() > 1 {
         return Err(StartError::Config(
-            "multi-member clusters are not supported yet: --initial-cluster must name one member".to_string(),
+            "multi-member clusters are not supported yet: --initial-cluster must name one member"
+                .to_string(),
         ));
     }
     let member = MemberInfo {
@@ -180,11 +208,18 @@ fn identity(cfg: &ServerConfig) -> Result<Identity, StartError> {
         client_urls: cfg.advertise_client_urls.clone(),
         is_learner: false,
     };
-    Ok(Identity { cluster_id: membership::cluster_id(&voters), member, voters, restarted: false })
+    Ok(Identity {
+        cluster_id: membership::cluster_id(&voters),
+        member,
+        voters,
+        restarted: false,
+    })
 }
 
 fn check_backend_is_ours(path: &Path) -> Result<(), StartError> {
-    let Ok(mut file) = fs::File::open(path) else { return Ok(()) };
+    let Ok(mut file) = fs::File::open(path) else {
+        return Ok(());
+    };
     let mut magic = [0u8; 9];
     match file.read_exact(&mut magic) {
         Ok(()) if magic == REDB_MAGIC => Ok(()),
@@ -202,8 +237,11 @@ fn check_backend_is_ours(path: &Path) -> Result<(), StartError> {
 pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     let identity = identity(&cfg)?;
     let (member, cluster_id, voters) = (identity.member, identity.cluster_id, identity.voters);
-    let client_addrs: Vec<SocketAddr> =
-        cfg.listen_client_urls.iter().map(|u| parse_url(u)).collect::<Result<_, _>>()?;
+    let client_addrs: Vec<SocketAddr> = cfg
+        .listen_client_urls
+        .iter()
+        .map(|u| parse_url(u))
+        .collect::<Result<_, _>>()?;
 
     let existed = identity.restarted;
     prepare_data_dir(&cfg)?;
@@ -256,23 +294,52 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         .spawn(move || applier.run(committed))
         .map_err(|e| StartError::Config(format!("cannot start the apply thread: {e}")))?;
 
-    let server = Arc::new(EtcdServer::new(cfg.clone(), store, raft, member, cluster_id, wait, applied_rx));
+    let server = Arc::new(EtcdServer::new(
+        cfg.clone(),
+        store,
+        raft,
+        member,
+        cluster_id,
+        wait,
+        applied_rx,
+    ));
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut bound = Vec::new();
     let mut serving = Vec::new();
     for (url, addr) in cfg.listen_client_urls.iter().zip(client_addrs) {
-        let listener =
-            TcpListener::bind(addr).await.map_err(|error| StartError::Listen { url: url.clone(), error })?;
-        let local = listener.local_addr().map_err(|error| StartError::Listen { url: url.clone(), error })?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|error| StartError::Listen {
+                url: url.clone(),
+                error,
+            })?;
+        let local = listener.local_addr().map_err(|error| StartError::Listen {
+            url: url.clone(),
+            error,
+        })?;
         bound.push(local);
-        serving.push(tokio::spawn(serve_clients(server.clone(), listener, shutdown_rx.clone())));
+        serving.push(tokio::spawn(serve_clients(
+            server.clone(),
+            listener,
+            shutdown_rx.clone(),
+        )));
         tracing::warn!(address = %local, "serving client traffic insecurely; this is strongly discouraged!");
     }
     tokio::spawn(announce_when_ready(server.clone()));
-    Ok(Member { server, client_addrs: bound, shutdown, serving, apply_thread: Some(apply_thread) })
+    Ok(Member {
+        server,
+        client_addrs: bound,
+        shutdown,
+        serving,
+        apply_thread: Some(apply_thread),
+    })
 }
 
-async fn serve_clients(server: Arc<EtcdServer>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+async fn serve_clients(
+    server: Arc<EtcdServer>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let max_request = server.cfg.max_request_bytes + GRPC_OVERHEAD_BYTES;
     let kv = KvServer::new(KvService::new(server.clone()))
         .max_decoding_message_size(max_request)
@@ -323,6 +390,9 @@ async fn announce_when_ready(server: Arc<EtcdServer>) {
         cluster_id = %format!("{:x}", server.cluster_id),
         "published local member to cluster through raft"
     );
-    tracing::info!(cluster_version = CLUSTER_VERSION, "enabled capabilities for version");
+    tracing::info!(
+        cluster_version = CLUSTER_VERSION,
+        "enabled capabilities for version"
+    );
     tracing::info!("ready to serve client requests");
 }

@@ -12,7 +12,9 @@ pub struct Wait<T> {
 
 impl<T> Default for Wait<T> {
     fn default() -> Self {
-        Wait { waiters: Mutex::new(HashMap::new()) }
+        Wait {
+            waiters: Mutex::new(HashMap::new()),
+        }
     }
 }
 

@@ -4,12 +4,16 @@
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp,
 };
 use server::ServerConfig;
 use tonic::Code;
 
-async fn member(dir: &std::path::Path, tweak: impl FnOnce(&mut ServerConfig)) -> (server::RunningMember, Client) {
+async fn member(
+    dir: &std::path::Path,
+    tweak: impl FnOnce(&mut ServerConfig),
+) -> (server::RunningMember, Client) {
     let mut cfg = ServerConfig {
         data_dir: dir.to_path_buf(),
         listen_client_urls: vec!["http://127.0.0.1:0".into()],
@@ -17,7 +21,9 @@ async fn member(dir: &std::path::Path, tweak: impl FnOnce(&mut ServerConfig)) ->
     };
     tweak(&mut cfg);
     let m = server::start(cfg).await.expect("member starts");
-    tokio::time::timeout(Duration::from_secs(30), m.ready()).await.expect("member becomes ready");
+    tokio::time::timeout(Duration::from_secs(30), m.ready())
+        .await
+        .expect("member becomes ready");
     let endpoint = format!("http://{}", m.client_addrs()[0]);
     let client = Client::connect([endpoint], None).await.expect("connect");
     (m, client)
@@ -42,23 +48,38 @@ async fn put_get_delete_follow_etcd_revisions() {
     assert_eq!(r.header().unwrap().revision(), 2);
     assert!(r.header().unwrap().cluster_id() != 0 && r.header().unwrap().member_id() != 0);
     assert!(r.header().unwrap().raft_term() >= 1);
-    let r = c.put("a", "2", Some(PutOptions::new().with_prev_key())).await.unwrap();
+    let r = c
+        .put("a", "2", Some(PutOptions::new().with_prev_key()))
+        .await
+        .unwrap();
     assert_eq!(r.prev_key().unwrap().value(), b"1");
     c.put("b", "3", None).await.unwrap();
 
     let g = c.get("a", None).await.unwrap();
     let kv = &g.kvs()[0];
-    assert_eq!((kv.create_revision(), kv.mod_revision(), kv.version()), (2, 3, 2));
+    assert_eq!(
+        (kv.create_revision(), kv.mod_revision(), kv.version()),
+        (2, 3, 2)
+    );
     assert_eq!(g.header().unwrap().revision(), 4);
 
     // Historical read at revision 2.
-    let g = c.get("a", Some(GetOptions::new().with_revision(2))).await.unwrap();
+    let g = c
+        .get("a", Some(GetOptions::new().with_revision(2)))
+        .await
+        .unwrap();
     assert_eq!(g.kvs()[0].value(), b"1");
     // revision <= 0 reads the current revision.
-    let g = c.get("a", Some(GetOptions::new().with_revision(-5))).await.unwrap();
+    let g = c
+        .get("a", Some(GetOptions::new().with_revision(-5)))
+        .await
+        .unwrap();
     assert_eq!(g.kvs()[0].value(), b"2");
 
-    let d = c.delete("a", Some(DeleteOptions::new().with_prev_key())).await.unwrap();
+    let d = c
+        .delete("a", Some(DeleteOptions::new().with_prev_key()))
+        .await
+        .unwrap();
     assert_eq!(d.deleted(), 1);
     assert_eq!(d.prev_kvs()[0].value(), b"2");
     assert!(c.get("a", None).await.unwrap().kvs().is_empty());
@@ -75,32 +96,69 @@ async fn range_options_match_etcd() {
     for (k, v) in [("k1", "c"), ("k2", "a"), ("k3", "b"), ("z", "z")] {
         c.put(k, v, None).await.unwrap();
     }
-    let g = c.get("k", Some(GetOptions::new().with_prefix().with_limit(2))).await.unwrap();
+    let g = c
+        .get("k", Some(GetOptions::new().with_prefix().with_limit(2)))
+        .await
+        .unwrap();
     assert_eq!((g.kvs().len(), g.more(), g.count()), (2, true, 3));
     // limit <= 0 means no limit.
-    let g = c.get("k", Some(GetOptions::new().with_prefix().with_limit(-1))).await.unwrap();
+    let g = c
+        .get("k", Some(GetOptions::new().with_prefix().with_limit(-1)))
+        .await
+        .unwrap();
     assert_eq!((g.kvs().len(), g.more()), (3, false));
     let g = c
-        .get("k", Some(GetOptions::new().with_prefix().with_sort(SortTarget::Value, SortOrder::Descend)))
+        .get(
+            "k",
+            Some(
+                GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Value, SortOrder::Descend),
+            ),
+        )
         .await
         .unwrap();
     let keys: Vec<&str> = g.kvs().iter().map(|kv| kv.key_str().unwrap()).collect();
     assert_eq!(keys, ["k1", "k3", "k2"]);
-    let g = c.get("k", Some(GetOptions::new().with_prefix().with_count_only())).await.unwrap();
+    let g = c
+        .get("k", Some(GetOptions::new().with_prefix().with_count_only()))
+        .await
+        .unwrap();
     assert_eq!((g.kvs().len(), g.count()), (0, 3));
-    let g = c.get("k", Some(GetOptions::new().with_prefix().with_keys_only())).await.unwrap();
+    let g = c
+        .get("k", Some(GetOptions::new().with_prefix().with_keys_only()))
+        .await
+        .unwrap();
     assert!(g.kvs().iter().all(|kv| kv.value().is_empty()));
     // from key to the end; all keys.
-    let g = c.get("k2", Some(GetOptions::new().with_from_key())).await.unwrap();
+    let g = c
+        .get("k2", Some(GetOptions::new().with_from_key()))
+        .await
+        .unwrap();
     assert_eq!(g.count(), 3);
-    let g = c.get("", Some(GetOptions::new().with_all_keys())).await.unwrap();
+    let g = c
+        .get("", Some(GetOptions::new().with_all_keys()))
+        .await
+        .unwrap();
     assert_eq!(g.count(), 4);
     // An inverted range returns nothing.
-    let g = c.get("z", Some(GetOptions::new().with_range("a"))).await.unwrap();
+    let g = c
+        .get("z", Some(GetOptions::new().with_range("a")))
+        .await
+        .unwrap();
     assert_eq!(g.count(), 0);
-    let g = c.get("k", Some(GetOptions::new().with_prefix().with_min_mod_revision(4))).await.unwrap();
+    let g = c
+        .get(
+            "k",
+            Some(GetOptions::new().with_prefix().with_min_mod_revision(4)),
+        )
+        .await
+        .unwrap();
     assert_eq!(g.kvs().len(), 1);
-    let g = c.get("k1", Some(GetOptions::new().with_serializable())).await.unwrap();
+    let g = c
+        .get("k1", Some(GetOptions::new().with_serializable()))
+        .await
+        .unwrap();
     assert_eq!(g.kvs()[0].value(), b"c");
     m.stop().await;
 }
@@ -111,16 +169,19 @@ async fn txn_compares_and_branches() {
     let (m, mut c) = member(dir.path(), |_| {}).await;
     c.put("x", "1", None).await.unwrap();
     let t = Txn::new()
-        .when([Compare::value("x", CompareOp::Equal, "1"), Compare::version("x", CompareOp::Greater, 0)])
+        .when([
+            Compare::value("x", CompareOp::Equal, "1"),
+            Compare::version("x", CompareOp::Greater, 0),
+        ])
         .and_then([TxnOp::put("y", "2", None), TxnOp::get("x", None)])
         .or_else([TxnOp::put("z", "3", None)]);
     let r = c.txn(t).await.unwrap();
     assert!(r.succeeded());
     assert_eq!(r.header().unwrap().revision(), 3);
-    let t = Txn::new().when([Compare::mod_revision("x", CompareOp::Less, 2)]).and_then([TxnOp::put("y", "9", None)]).or_else([
-        TxnOp::put("z", "3", None),
-        TxnOp::delete("x", None),
-    ]);
+    let t = Txn::new()
+        .when([Compare::mod_revision("x", CompareOp::Less, 2)])
+        .and_then([TxnOp::put("y", "9", None)])
+        .or_else([TxnOp::put("z", "3", None), TxnOp::delete("x", None)]);
     let r = c.txn(t).await.unwrap();
     assert!(!r.succeeded());
     // Both ops of the txn share one revision.
@@ -128,7 +189,10 @@ async fn txn_compares_and_branches() {
     assert_eq!(g.kvs()[0].mod_revision(), 4);
     assert!(c.get("x", None).await.unwrap().kvs().is_empty());
     // A read-only txn does not bump the revision.
-    let r = c.txn(Txn::new().and_then([TxnOp::get("z", None)])).await.unwrap();
+    let r = c
+        .txn(Txn::new().and_then([TxnOp::get("z", None)]))
+        .await
+        .unwrap();
     assert_eq!(r.header().unwrap().revision(), 4);
     m.stop().await;
 }
@@ -141,36 +205,114 @@ async fn errors_carry_etcds_codes_and_messages() {
         c.put("k", format!("{i}"), None).await.unwrap();
     }
     c.compact(4, None).await.unwrap();
-    let e = status_of(c.get("k", Some(GetOptions::new().with_revision(3))).await.unwrap_err());
-    assert_eq!(e, (code(Code::OutOfRange), "etcdserver: mvcc: required revision has been compacted".into()));
+    let e = status_of(
+        c.get("k", Some(GetOptions::new().with_revision(3)))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        e,
+        (
+            code(Code::OutOfRange),
+            "etcdserver: mvcc: required revision has been compacted".into()
+        )
+    );
     // The compacted revision itself is still readable.
-    c.get("k", Some(GetOptions::new().with_revision(4))).await.unwrap();
+    c.get("k", Some(GetOptions::new().with_revision(4)))
+        .await
+        .unwrap();
     let e = status_of(c.compact(3, None).await.unwrap_err());
-    assert_eq!(e.1, "etcdserver: mvcc: required revision has been compacted");
-    let e = status_of(c.get("k", Some(GetOptions::new().with_revision(100))).await.unwrap_err());
-    assert_eq!(e, (Code::OutOfRange, "etcdserver: mvcc: required revision is a future revision".into()));
+    assert_eq!(
+        e.1,
+        "etcdserver: mvcc: required revision has been compacted"
+    );
+    let e = status_of(
+        c.get("k", Some(GetOptions::new().with_revision(100)))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        e,
+        (
+            Code::OutOfRange,
+            "etcdserver: mvcc: required revision is a future revision".into()
+        )
+    );
     let e = status_of(c.compact(100, None).await.unwrap_err());
-    assert_eq!(e.1, "etcdserver: mvcc: required revision is a future revision");
+    assert_eq!(
+        e.1,
+        "etcdserver: mvcc: required revision is a future revision"
+    );
 
-    let ops: Vec<TxnOp> = (0..129).map(|i| TxnOp::put(format!("t{i}"), "v", None)).collect();
+    let ops: Vec<TxnOp> = (0..129)
+        .map(|i| TxnOp::put(format!("t{i}"), "v", None))
+        .collect();
     let e = status_of(c.txn(Txn::new().and_then(ops)).await.unwrap_err());
-    assert_eq!(e, (Code::InvalidArgument, "etcdserver: too many operations in txn request".into()));
-    let e = status_of(c.txn(Txn::new().and_then([TxnOp::put("d", "1", None), TxnOp::put("d", "2", None)])).await.unwrap_err());
-    assert_eq!(e, (Code::InvalidArgument, "etcdserver: duplicate key given in txn request".into()));
+    assert_eq!(
+        e,
+        (
+            Code::InvalidArgument,
+            "etcdserver: too many operations in txn request".into()
+        )
+    );
+    let e = status_of(
+        c.txn(Txn::new().and_then([TxnOp::put("d", "1", None), TxnOp::put("d", "2", None)]))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        e,
+        (
+            Code::InvalidArgument,
+            "etcdserver: duplicate key given in txn request".into()
+        )
+    );
     let e = status_of(c.put("", "v", None).await.unwrap_err());
-    assert_eq!(e, (Code::InvalidArgument, "etcdserver: key is not provided".into()));
+    assert_eq!(
+        e,
+        (
+            Code::InvalidArgument,
+            "etcdserver: key is not provided".into()
+        )
+    );
     let e = status_of(c.get("", None).await.unwrap_err());
     assert_eq!(e.1, "etcdserver: key is not provided");
     let e = status_of(c.delete("", None).await.unwrap_err());
     assert_eq!(e.1, "etcdserver: key is not provided");
     let e = status_of(c.put("big", vec![0u8; 100 * 1024], None).await.unwrap_err());
-    assert_eq!(e, (Code::InvalidArgument, "etcdserver: request is too large".into()));
-    let e = status_of(c.put("l", "v", Some(PutOptions::new().with_lease(42))).await.unwrap_err());
-    assert_eq!(e, (Code::NotFound, "etcdserver: requested lease not found".into()));
-    let e = status_of(c.put("missing", "", Some(PutOptions::new().with_ignore_value())).await.unwrap_err());
-    assert_eq!(e, (Code::InvalidArgument, "etcdserver: key not found".into()));
+    assert_eq!(
+        e,
+        (
+            Code::InvalidArgument,
+            "etcdserver: request is too large".into()
+        )
+    );
+    let e = status_of(
+        c.put("l", "v", Some(PutOptions::new().with_lease(42)))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        e,
+        (
+            Code::NotFound,
+            "etcdserver: requested lease not found".into()
+        )
+    );
+    let e = status_of(
+        c.put("missing", "", Some(PutOptions::new().with_ignore_value()))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        e,
+        (Code::InvalidArgument, "etcdserver: key not found".into())
+    );
     // None of the failures above changed anything.
-    assert_eq!(c.get("k", None).await.unwrap().header().unwrap().revision(), 6);
+    assert_eq!(
+        c.get("k", None).await.unwrap().header().unwrap().revision(),
+        6
+    );
     m.stop().await;
 }
 
@@ -178,9 +320,13 @@ async fn errors_carry_etcds_codes_and_messages() {
 async fn services_not_built_answer_unimplemented_without_hanging() {
     let dir = tempfile::tempdir().unwrap();
     let (m, mut c) = member(dir.path(), |_| {}).await;
-    let r = tokio::time::timeout(Duration::from_secs(10), c.lease_grant(10, None)).await.expect("no hang");
+    let r = tokio::time::timeout(Duration::from_secs(10), c.lease_grant(10, None))
+        .await
+        .expect("no hang");
     assert_eq!(status_of(r.unwrap_err()).0, Code::Unimplemented);
-    let r = tokio::time::timeout(Duration::from_secs(10), c.defragment()).await.expect("no hang");
+    let r = tokio::time::timeout(Duration::from_secs(10), c.defragment())
+        .await
+        .expect("no hang");
     assert_eq!(status_of(r.unwrap_err()).0, Code::Unimplemented);
     m.stop().await;
 }
@@ -190,27 +336,58 @@ async fn restart_on_the_same_data_dir_resumes() {
     let dir = tempfile::tempdir().unwrap();
     let (m, mut c) = member(dir.path(), |cfg| cfg.snapshot_count = 50).await;
     for i in 0..200 {
-        c.put(format!("k{i:03}"), format!("v{i}"), None).await.unwrap();
+        c.put(format!("k{i:03}"), format!("v{i}"), None)
+            .await
+            .unwrap();
     }
     c.delete("k000", None).await.unwrap();
-    let before = c.get("", Some(GetOptions::new().with_all_keys())).await.unwrap();
+    let before = c
+        .get("", Some(GetOptions::new().with_all_keys()))
+        .await
+        .unwrap();
     let status = c.status().await.unwrap();
     m.stop().await;
 
     let (m, mut c) = member(dir.path(), |cfg| cfg.snapshot_count = 50).await;
-    let after = c.get("", Some(GetOptions::new().with_all_keys())).await.unwrap();
-    assert_eq!(after.header().unwrap().revision(), before.header().unwrap().revision());
-    let flat = |r: &etcd_client::GetResponse| -> Vec<(Vec<u8>, Vec<u8>, i64, i64, i64)> {
-        r.kvs().iter().map(|kv| (kv.key().to_vec(), kv.value().to_vec(), kv.create_revision(), kv.mod_revision(), kv.version())).collect()
+    let after = c
+        .get("", Some(GetOptions::new().with_all_keys()))
+        .await
+        .unwrap();
+    assert_eq!(
+        after.header().unwrap().revision(),
+        before.header().unwrap().revision()
+    );
+    let flat = |r: &etcd_client::GetResponse| -> Vec<String> {
+        r.kvs()
+            .iter()
+            .map(|kv| {
+                format!(
+                    "{:?}",
+                    (
+                        kv.key(),
+                        kv.value(),
+                        kv.create_revision(),
+                        kv.mod_revision(),
+                        kv.version()
+                    )
+                )
+            })
+            .collect()
     };
     assert_eq!(flat(&after), flat(&before));
     let restarted = c.status().await.unwrap();
-    assert_eq!(restarted.header().unwrap().member_id(), status.header().unwrap().member_id());
+    assert_eq!(
+        restarted.header().unwrap().member_id(),
+        status.header().unwrap().member_id()
+    );
     assert!(restarted.raft_index() >= status.raft_index());
     assert!(restarted.raft_term() >= status.raft_term());
     c.put("k000", "back", None).await.unwrap();
     let g = c.get("k000", None).await.unwrap();
-    assert_eq!((g.kvs()[0].version(), g.kvs()[0].create_revision()), (1, 203));
+    assert_eq!(
+        (g.kvs()[0].version(), g.kvs()[0].create_revision()),
+        (1, 203)
+    );
     m.stop().await;
 }
 
@@ -244,9 +421,18 @@ async fn unknown_lease_fails_only_in_the_chosen_txn_branch() {
     // In the chosen branch it fails the whole txn, which changes nothing.
     let t = Txn::new()
         .when([Compare::value("a", CompareOp::Equal, "1")])
-        .and_then([TxnOp::put("d", "4", None), TxnOp::put("e", "5", Some(PutOptions::new().with_lease(7)))]);
+        .and_then([
+            TxnOp::put("d", "4", None),
+            TxnOp::put("e", "5", Some(PutOptions::new().with_lease(7))),
+        ]);
     let e = status_of(c.txn(t).await.unwrap_err());
-    assert_eq!(e, (Code::NotFound, "etcdserver: requested lease not found".into()));
+    assert_eq!(
+        e,
+        (
+            Code::NotFound,
+            "etcdserver: requested lease not found".into()
+        )
+    );
     let g = c.get("d", None).await.unwrap();
     assert!(g.kvs().is_empty());
     assert_eq!(g.header().unwrap().revision(), 3);
@@ -261,10 +447,19 @@ async fn restart_ignores_bootstrap_flags() {
     let first = c.status().await.unwrap();
     m.stop().await;
     // Another token would derive other IDs: the WAL's identity wins.
-    let (m, mut c) = member(dir.path(), |cfg| cfg.initial_cluster_token = "other-token".into()).await;
+    let (m, mut c) = member(dir.path(), |cfg| {
+        cfg.initial_cluster_token = "other-token".into()
+    })
+    .await;
     let again = c.status().await.unwrap();
-    assert_eq!(again.header().unwrap().member_id(), first.header().unwrap().member_id());
-    assert_eq!(again.header().unwrap().cluster_id(), first.header().unwrap().cluster_id());
+    assert_eq!(
+        again.header().unwrap().member_id(),
+        first.header().unwrap().member_id()
+    );
+    assert_eq!(
+        again.header().unwrap().cluster_id(),
+        first.header().unwrap().cluster_id()
+    );
     assert_eq!(c.get("a", None).await.unwrap().kvs()[0].value(), b"1");
     m.stop().await;
 }

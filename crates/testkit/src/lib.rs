@@ -48,15 +48,21 @@ impl Process {
             .and_then(|line| json_field(&line, "address"))
             .unwrap_or_else(|| panic!("oxcd did not start serving; log:\n{}", p.log_text()));
         p.endpoint = format!("http://{address}");
-        if p.wait_for_log("ready to serve client requests", START_DEADLINE).is_none() {
+        if p.wait_for_log("ready to serve client requests", START_DEADLINE)
+            .is_none()
+        {
             panic!("oxcd did not become ready; log:\n{}", p.log_text());
         }
         p
     }
 
     fn spawn(mut cmd: Command, data_dir: &Path) -> Process {
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
         let stderr = child.stderr.take().expect("stderr is piped");
         let log: Arc<(Mutex<LogState>, Condvar)> = Arc::default();
         let sink = log.clone();
@@ -71,7 +77,12 @@ impl Process {
             state.lock().unwrap().closed = true;
             cv.notify_all();
         });
-        Process { child, log, endpoint: String::new(), data_dir: data_dir.to_path_buf() }
+        Process {
+            child,
+            log,
+            endpoint: String::new(),
+            data_dir: data_dir.to_path_buf(),
+        }
     }
 
     /// The first log line containing `needle`, waiting up to `deadline`.
@@ -162,23 +173,40 @@ pub fn oxcd_bin() -> PathBuf {
 /// A reference etcd 3.4 (Debian's /usr/bin/etcd) on loopback, for
 /// differential tests. None when it is not installed.
 pub fn start_reference_etcd(data_dir: &Path) -> Option<Process> {
-    let bin = ["/usr/bin/etcd", "/opt/etcd-3.5.1/etcd"].into_iter().map(PathBuf::from).find(|p| p.exists())?;
+    let bin = ["/usr/bin/etcd", "/opt/etcd-3.5.1/etcd"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())?;
     let port = free_port();
     let peer = free_port();
     let mut cmd = Command::new(bin);
     cmd.arg("--data-dir")
         .arg(data_dir)
         .args(["--listen-client-urls", &format!("http://127.0.0.1:{port}")])
-        .args(["--advertise-client-urls", &format!("http://127.0.0.1:{port}")])
+        .args([
+            "--advertise-client-urls",
+            &format!("http://127.0.0.1:{port}"),
+        ])
         .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
-        .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
-        .args(["--initial-cluster", &format!("default=http://127.0.0.1:{peer}")])
+        .args([
+            "--initial-advertise-peer-urls",
+            &format!("http://127.0.0.1:{peer}"),
+        ])
+        .args([
+            "--initial-cluster",
+            &format!("default=http://127.0.0.1:{peer}"),
+        ])
         .args(["--logger", "zap", "--log-outputs", "stderr"]);
     let mut p = Process::spawn(cmd, data_dir);
     p.endpoint = format!("http://127.0.0.1:{port}");
     // etcd 3.4's zap logger has no "ready to serve" line; this one comes last.
-    if p.wait_for_log("serving client traffic", START_DEADLINE).is_none() {
-        panic!("reference etcd did not become ready; log:\n{}", p.log_text());
+    if p.wait_for_log("serving client traffic", START_DEADLINE)
+        .is_none()
+    {
+        panic!(
+            "reference etcd did not become ready; log:\n{}",
+            p.log_text()
+        );
     }
     Some(p)
 }
@@ -186,5 +214,8 @@ pub fn start_reference_etcd(data_dir: &Path) -> Option<Process> {
 /// A port that was free a moment ago (only for the reference etcd, which
 /// cannot listen on port 0 and report it).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
 }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use api::etcdserverpb::cluster_server::Cluster;
 use api::etcdserverpb::{
     Member as PbMember, MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse,
-    MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse, MemberUpdateRequest,
-    MemberUpdateResponse,
+    MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse,
+    MemberUpdateRequest, MemberUpdateResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -26,19 +26,31 @@ impl ClusterService {
 
 #[tonic::async_trait]
 impl Cluster for ClusterService {
-    async fn member_add(&self, _: Request<MemberAddRequest>) -> Result<Response<MemberAddResponse>, Status> {
+    async fn member_add(
+        &self,
+        _: Request<MemberAddRequest>,
+    ) -> Result<Response<MemberAddResponse>, Status> {
         Err(Status::unimplemented("MemberAdd is not implemented yet"))
     }
 
-    async fn member_remove(&self, _: Request<MemberRemoveRequest>) -> Result<Response<MemberRemoveResponse>, Status> {
+    async fn member_remove(
+        &self,
+        _: Request<MemberRemoveRequest>,
+    ) -> Result<Response<MemberRemoveResponse>, Status> {
         Err(Status::unimplemented("MemberRemove is not implemented yet"))
     }
 
-    async fn member_update(&self, _: Request<MemberUpdateRequest>) -> Result<Response<MemberUpdateResponse>, Status> {
+    async fn member_update(
+        &self,
+        _: Request<MemberUpdateRequest>,
+    ) -> Result<Response<MemberUpdateResponse>, Status> {
         Err(Status::unimplemented("MemberUpdate is not implemented yet"))
     }
 
-    async fn member_list(&self, request: Request<MemberListRequest>) -> Result<Response<MemberListResponse>, Status> {
+    async fn member_list(
+        &self,
+        request: Request<MemberListRequest>,
+    ) -> Result<Response<MemberListResponse>, Status> {
         check_require_leader(&self.server, &request)?;
         if request.get_ref().linearizable {
             self.server.linearizable_read_notify().await?;
@@ -52,13 +64,18 @@ impl Cluster for ClusterService {
             is_learner: m.is_learner,
         };
         let header = self.server.header(self.server.store.current_revision());
-        Ok(Response::new(MemberListResponse { header: Some(header), members: vec![member] }))
+        Ok(Response::new(MemberListResponse {
+            header: Some(header),
+            members: vec![member],
+        }))
     }
 
     async fn member_promote(
         &self,
         _: Request<MemberPromoteRequest>,
     ) -> Result<Response<MemberPromoteResponse>, Status> {
-        Err(Status::unimplemented("MemberPromote is not implemented yet"))
+        Err(Status::unimplemented(
+            "MemberPromote is not implemented yet",
+        ))
     }
 }

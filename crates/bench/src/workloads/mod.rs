@@ -1,0 +1,9 @@
+//! One module per etcd benchmark subcommand.
+
+pub mod health;
+pub mod lease;
+pub mod put;
+pub mod range;
+pub mod txn_put;
+pub mod watch;
+pub mod watch_latency;

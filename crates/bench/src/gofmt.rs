@@ -13,10 +13,18 @@ pub fn shortest_g(value: f64) -> String {
         return "NaN".into();
     }
     if value.is_infinite() {
-        return if value > 0.0 { "+Inf".into() } else { "-Inf".into() };
+        return if value > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        };
     }
     if value == 0.0 {
-        return if value.is_sign_negative() { "-0".into() } else { "0".into() };
+        return if value.is_sign_negative() {
+            "-0".into()
+        } else {
+            "0".into()
+        };
     }
     // Rust's `{:e}` gives the same shortest round-trip digits Go computes.
     let scientific = format!("{:e}", value.abs());

@@ -17,7 +17,12 @@ use clap::{ArgAction, Parser, Subcommand};
 )]
 struct Cli {
     /// gRPC endpoints
-    #[arg(long, global = true, value_delimiter = ',', default_value = "127.0.0.1:2379")]
+    #[arg(
+        long,
+        global = true,
+        value_delimiter = ',',
+        default_value = "127.0.0.1:2379"
+    )]
     endpoints: Vec<String>,
     /// Total number of gRPC connections
     #[arg(long, global = true, default_value_t = 1)]

@@ -113,7 +113,11 @@ pub struct Stats {
 }
 
 impl Stats {
-    pub fn compute(mut latencies: Vec<f64>, errors: HashMap<String, u64>, total: Duration) -> Stats {
+    pub fn compute(
+        mut latencies: Vec<f64>,
+        errors: HashMap<String, u64>,
+        total: Duration,
+    ) -> Stats {
         let n = latencies.len() as f64;
         let average = latencies.iter().sum::<f64>() / n;
         let variance = latencies
@@ -196,7 +200,11 @@ impl Stats {
         }
         let mut out = String::from("\nResponse time histogram:\n");
         for (bound, count) in buckets.iter().zip(counts) {
-            let bar = if max > 0 { count * HISTOGRAM_BAR_WIDTH / max } else { 0 };
+            let bar = if max > 0 {
+                count * HISTOGRAM_BAR_WIDTH / max
+            } else {
+                0
+            };
             let _ = writeln!(
                 out,
                 "  {} [{count}]\t|{}",
@@ -301,7 +309,12 @@ mod tests {
         assert_eq!(s.rps, 0.5);
         assert_eq!(s.error_count(), 1);
         let text = s.render(Precision::Fixed4);
-        for want in ["Stddev:\t0", "Average:\t1.0", "Slowest:\t1.0", "Fastest:\t1.0"] {
+        for want in [
+            "Stddev:\t0",
+            "Average:\t1.0",
+            "Slowest:\t1.0",
+            "Fastest:\t1.0",
+        ] {
             assert!(text.contains(want), "missing {want:?} in {text}");
         }
     }

@@ -46,7 +46,10 @@ pub async fn run(settings: &Settings, timeout: Duration) -> Result<(), String> {
             Ok(Ok(())) => {
                 let secs = start.elapsed().as_secs_f64();
                 if settings.json {
-                    println!("{}", serde_json::json!({"endpoint": endpoint, "healthy": true, "secs": secs}));
+                    println!(
+                        "{}",
+                        serde_json::json!({"endpoint": endpoint, "healthy": true, "secs": secs})
+                    );
                 } else {
                     println!("{endpoint} is healthy: took {secs:.3} secs");
                 }
@@ -57,5 +60,7 @@ pub async fn run(settings: &Settings, timeout: Duration) -> Result<(), String> {
         }
         tokio::time::sleep(PROBE_INTERVAL).await;
     }
-    Err(format!("{endpoint} is unhealthy after {timeout:?}: {last_error}"))
+    Err(format!(
+        "{endpoint} is unhealthy after {timeout:?}: {last_error}"
+    ))
 }

@@ -28,7 +28,10 @@ pub async fn run(settings: &Settings, opts: &TxnPutOptions) -> Result<(), String
         ));
     }
     if opts.txn_ops == 0 {
-        return Err(format!("expected positive --txn-ops, got ({})", opts.txn_ops));
+        return Err(format!(
+            "expected positive --txn-ops, got ({})",
+            opts.txn_ops
+        ));
     }
     if opts.txn_ops > opts.key_space_size {
         return Err(format!(

@@ -84,7 +84,10 @@ pub(crate) async fn open_stream(
     if tx.send(create_request(first, prev_kv)).await.is_err() {
         return None;
     }
-    let mut responses = match WatchClient::new(channel).watch(ReceiverStream::new(rx)).await {
+    let mut responses = match WatchClient::new(channel)
+        .watch(ReceiverStream::new(rx))
+        .await
+    {
         Ok(response) => response.into_inner(),
         Err(status) => {
             recorder.errors_n(&status_message(&status), wanted);
@@ -200,7 +203,9 @@ pub async fn run(settings: &Settings, opts: &WatchOptions) -> Result<(), String>
         ));
     }
     if opts.watched_key_total == 0 || opts.streams == 0 || opts.watch_per_stream == 0 {
-        return Err("--watched-key-total, --streams and --watch-per-stream must be positive".into());
+        return Err(
+            "--watched-key-total, --streams and --watch-per-stream must be positive".into(),
+        );
     }
     check_key_space(opts.key_size, opts.key_space_size)?;
     let watched: Vec<Bytes> = (0..opts.watched_key_total as u64)
@@ -226,7 +231,8 @@ pub async fn run(settings: &Settings, opts: &WatchOptions) -> Result<(), String>
         .collect();
     let progress = settings.progress((opts.streams * opts.watch_per_stream) as u64);
     let start = Instant::now();
-    let (streams, creation) = open_streams(&clients, keys_per_stream.clone(), false, &progress).await;
+    let (streams, creation) =
+        open_streams(&clients, keys_per_stream.clone(), false, &progress).await;
     let creation = creation.finish(start.elapsed());
     progress.finish().await;
     out.report("Watch creation summary:\n", &creation, "");
@@ -239,7 +245,12 @@ pub async fn run(settings: &Settings, opts: &WatchOptions) -> Result<(), String>
         }
     }
     let events_total: i64 = (0..opts.put_total as usize)
-        .map(|i| watchers_per_key.get(&watched[i % watched.len()]).copied().unwrap_or(0))
+        .map(|i| {
+            watchers_per_key
+                .get(&watched[i % watched.len()])
+                .copied()
+                .unwrap_or(0)
+        })
         .sum();
 
     // Phase 2: put to the watched keys and count the events.
@@ -281,7 +292,11 @@ pub async fn run(settings: &Settings, opts: &WatchOptions) -> Result<(), String>
             recorder
         }));
     }
-    let dispenser = Arc::new(Dispenser::new(if events_total > 0 { opts.put_total } else { 0 }));
+    let dispenser = Arc::new(Dispenser::new(if events_total > 0 {
+        opts.put_total
+    } else {
+        0
+    }));
     let limiter = Arc::new(RateLimiter::new(opts.put_rate, 1));
     let mut putters = Vec::new();
     for channel in &clients {

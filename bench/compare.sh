@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: oxcd vs etcd 3.5.1 vs etcd 3.4.23, same machine,
+# same tool (oxbench), same settings, fresh data dirs; one table at the end.
+#
+#   bench/compare.sh [--rounds N] [--quick] [--only oxcd,etcd35,etcd34] [--keep-logs]
+#
+#   --rounds N   run everything N times, alternating the server order round by
+#                round; the table shows the median of the rounds (default 1)
+#   --quick      small totals (10k keys instead of 1M, ...) for a smoke run
+#   --only LIST  a subset of servers: oxcd, etcd35, etcd34 (comma-separated)
+#   --keep-logs  keep the server logs and raw results (their path is printed)
+#
+# Environment: OXCD, OXBENCH, ETCD35, ETCD34 override the binaries;
+# PORT (default 27379) is the client port, PORT+1 the peer port.
+#
+# Each server runs alone, as a single member on loopback, twice per round:
+#   A) a fresh member: put 1 client; put 100 clients x 10 conns (with server
+#      CPU seconds per 10k puts from /proc/<pid>/stat); txn-put 100 clients;
+#      range linearizable and serializable, 100 clients; watch-latency with
+#      1,000 watchers (10 streams x 100) on one key.
+#   B) a fresh member: load N keys of 256 B (1,000,000; --quick: 10,000), then
+#      VmRSS, data dir size (du), SIGTERM, restart, and the time until healthy
+#      (Status has a leader and a linearizable read succeeds: `oxbench health`).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+rounds=1
+quick=0
+only="oxcd,etcd35,etcd34"
+keep_logs=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
+    --rounds=*) rounds=${1#*=}; shift ;;
+    --quick) quick=1; shift ;;
+    --only) only=$2; shift 2 ;;
+    --only=*) only=${1#*=}; shift ;;
+    --keep-logs) keep_logs=1; shift ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    *) echo "compare.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+servers=()
+for s in ${only//,/ }; do
+  case "$s" in
+    oxcd|etcd35|etcd34) servers+=("$s") ;;
+    *) echo "compare.sh: --only takes oxcd, etcd35, etcd34; got $s" >&2; exit 2 ;;
+  esac
+done
+[ ${#servers[@]} -gt 0 ] || { echo "compare.sh: no server selected" >&2; exit 2; }
+
+if [ $quick = 1 ]; then
+  n_put1=1000 n_put100=10000 n_txn=5000 n_range=10000 n_watch_puts=200 n_keys=10000
+else
+  n_put1=10000 n_put100=100000 n_txn=50000 n_range=100000 n_watch_puts=1000 n_keys=1000000
+fi
+port=${PORT:-27379}
+peer_port=$((port + 1))
+endpoint="127.0.0.1:$port"
+bench_timeout=1800   # seconds; bounds any one oxbench run so a hung server cannot hang the script
+
+# --- binaries -----------------------------------------------------------------
+oxbench=${OXBENCH:-$root/target/release/oxbench}
+if [ ! -x "$oxbench" ]; then
+  echo "building oxbench..." >&2
+  (cd "$root" && cargo build --release -p bench >&2)
+fi
+for s in "${servers[@]}"; do
+  case "$s" in
+    oxcd)
+      OXCD=${OXCD:-$root/target/release/oxcd}
+      if [ ! -x "$OXCD" ]; then
+        echo "building oxcd..." >&2
+        (cd "$root" && cargo build --release -p oxcd >&2)
+      fi ;;
+    etcd35) ETCD35=${ETCD35:-$("$root/../shared/tools/ref-etcd" --bin 3.5)} ;;
+    etcd34) ETCD34=${ETCD34:-/usr/bin/etcd}
+            [ -x "$ETCD34" ] || { echo "compare.sh: no etcd 3.4.23 at $ETCD34 (apt-get install etcd-server)" >&2; exit 1; } ;;
+  esac
+done
+clk_tck=$(getconf CLK_TCK)
+
+# --- bookkeeping ----------------------------------------------------------------
+work=$(mktemp -d /tmp/oxcompare.XXXXXX)
+results=$work/results
+: >"$results"
+server_pid=""
+cleanup() {
+  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -TERM "$server_pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$server_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"/*/data
+  if [ $keep_logs = 1 ]; then echo "logs and raw results kept in $work" >&2; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+server_bin() {
+  case "$1" in oxcd) echo "$OXCD" ;; etcd35) echo "$ETCD35" ;; etcd34) echo "$ETCD34" ;; esac
+}
+
+# start_server NAME DATA_DIR LOG: same flags for every server.
+start_server() {
+  local bin; bin=$(server_bin "$1")
+  if "$oxbench" --endpoints "$endpoint" --dial-timeout 200ms health --timeout 300ms >/dev/null 2>&1; then
+    echo "compare.sh: something already answers on $endpoint" >&2; exit 1
+  fi
+  "$bin" --name bench --data-dir "$2" \
+    --listen-client-urls "http://$endpoint" --advertise-client-urls "http://$endpoint" \
+    --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
+    --initial-cluster "bench=http://127.0.0.1:$peer_port" >>"$3" 2>&1 &
+  server_pid=$!
+}
+
+wait_healthy() {  # prints the seconds it took
+  "$oxbench" --endpoints "$endpoint" --json health --timeout "${1:-120}s" | json_field secs
+}
+
+stop_server() {
+  [ -n "$server_pid" ] || return 0
+  kill -TERM "$server_pid" 2>/dev/null || true
+  for _ in $(seq 300); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=""
+}
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$server_pid/stat"; }
+rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$server_pid/status"; }
+
+json_field() {  # json_field KEY < one JSON object
+  python3 -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])[sys.argv[1]])' "$1"
+}
+
+record() { echo "$1 $2 $3" >>"$results"; }  # SERVER METRIC VALUE
+
+# bench SERVER NAME OXBENCH-ARGS...: run one workload, record req/s and p99 (ms).
+bench() {
+  local server=$1 name=$2; shift 2
+  local out; out=$work/$server-$name.json
+  if ! timeout $bench_timeout "$oxbench" --endpoints "$endpoint" --json "$@" >"$out" 2>>"$work/$server-oxbench.err"; then
+    echo "  $name: oxbench failed (see $work/$server-oxbench.err)" >&2
+    record "$server" "$name.rps" n/a; record "$server" "$name.p99" n/a
+    return 0
+  fi
+  python3 - "$out" "$server" "$name" >>"$results" <<'EOF'
+import json, sys
+path, server, name = sys.argv[1:]
+r = json.loads(open(path).read().strip().splitlines()[-1])
+ok = r["requests"] > 0
+flag = "!" if r["errors"] else ""
+print(server, name + ".rps", (("%.0f" % r["rps"]) + flag) if ok else "n/a")
+print(server, name + ".p99", (("%.2f" % (r["p99"] * 1000)) + flag) if ok else "n/a")
+print(server, name + ".requests", r["requests"])
+print(server, name + ".errors", r["errors"])
+EOF
+  local errors; errors=$(json_field errors <"$out")
+  if [ "$errors" != 0 ]; then
+    echo "  $name: $errors errors: $(python3 -c 'import json,sys; r=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); print("; ".join("[%d] %s" % (e["count"], e["error"]) for e in r["error_distribution"][:3]))' "$out")" >&2
+  fi
+}
+
+# Phase A: throughput and latency workloads on a fresh member.
+phase_a() {
+  local s=$1 dir=$work/$1-a
+  mkdir -p "$dir"
+  start_server "$s" "$dir/data" "$dir/server.log"
+  wait_healthy >/dev/null
+  local kv=(--key-size 8 --val-size 256)
+  echo "  put, 1 client" >&2
+  bench "$s" put1 --clients 1 --conns 1 put "${kv[@]}" --total $n_put1 --sequential-keys --key-space-size 100000
+  echo "  put, 100 clients x 10 conns" >&2
+  local cpu0; cpu0=$(cpu_ticks)
+  bench "$s" put100 --clients 100 --conns 10 put "${kv[@]}" --total $n_put100 --sequential-keys --key-space-size 100000
+  local cpu1; cpu1=$(cpu_ticks)
+  local done_puts; done_puts=$(awk -v s="$s" '$1 == s && $2 == "put100.requests" {v = $3} END {print v + 0}' "$results")
+  if [ "$done_puts" -gt 0 ]; then
+    record "$s" cpu_per_10k "$(awk -v a="$cpu0" -v b="$cpu1" -v t="$clk_tck" -v n="$done_puts" 'BEGIN {printf "%.3f", (b - a) / t / n * 10000}')"
+  else
+    record "$s" cpu_per_10k n/a
+  fi
+  echo "  txn-put, 100 clients" >&2
+  bench "$s" txn100 --clients 100 --conns 10 txn-put "${kv[@]}" --total $n_txn --key-space-size 100000
+  # The range key: put's key index 1 is the 8-byte key 0x02 0x00..., the only
+  # key in [0x02, 0x03) (NUL bytes cannot go through argv); one 256 B value.
+  echo "  range, linearizable, 100 clients" >&2
+  bench "$s" range_l --clients 100 --conns 10 range $'\x02' $'\x03' --consistency l --total $n_range
+  echo "  range, serializable, 100 clients" >&2
+  bench "$s" range_s --clients 100 --conns 10 range $'\x02' $'\x03' --consistency s --total $n_range
+  echo "  watch-latency, 1,000 watchers" >&2
+  bench "$s" watchlat --clients 10 --conns 10 watch-latency --streams 10 --watchers-per-stream 100 \
+    --put-total $n_watch_puts --put-rate 100
+  stop_server
+  rm -rf "$dir/data"
+}
+
+# Phase B: N keys of 256 B, memory, disk, restart.
+phase_b() {
+  local s=$1 dir=$work/$1-b
+  mkdir -p "$dir"
+  start_server "$s" "$dir/data" "$dir/server.log"
+  wait_healthy >/dev/null
+  echo "  loading $n_keys keys of 256 B" >&2
+  bench "$s" load --clients 100 --conns 10 put --key-size 8 --val-size 256 --total $n_keys \
+    --sequential-keys --key-space-size $n_keys
+  record "$s" rss_mb "$(awk -v k="$(rss_kb)" 'BEGIN {printf "%.1f", k / 1024}')"
+  record "$s" disk_mb "$(du -sk "$dir/data" | awk '{printf "%.1f", $1 / 1024}')"
+  echo "  restart" >&2
+  stop_server
+  local t0 t1
+  t0=$(date +%s.%N)
+  start_server "$s" "$dir/data" "$dir/server.log"
+  if wait_healthy 600 >/dev/null; then
+    t1=$(date +%s.%N)
+    record "$s" restart_s "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}')"
+    record "$s" rss_restart_mb "$(awk -v k="$(rss_kb)" 'BEGIN {printf "%.1f", k / 1024}')"
+  else
+    record "$s" restart_s n/a
+  fi
+  stop_server
+  rm -rf "$dir/data"
+}
+
+for ((round = 0; round < rounds; round++)); do
+  n=${#servers[@]}
+  for ((i = 0; i < n; i++)); do
+    s=${servers[$(((i + round) % n))]}
+    echo "round $((round + 1))/$rounds: $s ($(server_bin "$s"))" >&2
+    phase_a "$s"
+    phase_b "$s"
+  done
+done
+
+# --- the table ------------------------------------------------------------------
+python3 - "$results" "$quick" "$n_keys" <<'EOF'
+import statistics, sys
+path, quick, n_keys = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3])
+values = {}
+for line in open(path):
+    server, metric, value = line.split()
+    values.setdefault((server, metric), []).append(value)
+
+def figure(server, metric):
+    vals = values.get((server, metric))
+    if not vals:
+        return None, ""
+    nums = [float(v.rstrip("!")) for v in vals if v != "n/a"]
+    if not nums:
+        return None, "n/a"
+    flag = "!" if any(v.endswith("!") for v in vals) else ""
+    return statistics.median(nums), flag
+
+keys = f"{n_keys:,}"
+rows = [
+    ("put, 1 client", "put1.rps", "req/s", ">=1.5"),
+    ("put, 1 client, p99", "put1.p99", "ms", "<=1"),
+    ("put, 100 clients x 10 conns", "put100.rps", "req/s", ">=1.5"),
+    ("put, 100 clients x 10 conns, p99", "put100.p99", "ms", "<=1"),
+    ("txn-put, 100 clients", "txn100.rps", "req/s", ">=1.5"),
+    ("txn-put, 100 clients, p99", "txn100.p99", "ms", "<=1"),
+    ("range linearizable, 100 clients", "range_l.rps", "req/s", ">=1.5"),
+    ("range linearizable, p99", "range_l.p99", "ms", "<=1"),
+    ("range serializable, 100 clients", "range_s.rps", "req/s", ">=1.5"),
+    ("range serializable, p99", "range_s.p99", "ms", "<=1"),
+    ("watch-latency, 1,000 watchers, p99", "watchlat.p99", "ms", "<=1"),
+    ("server CPU per 10k puts (100 clients)", "cpu_per_10k", "s", "<=0.6"),
+    (f"put, loading {keys} keys", "load.rps", "req/s", ""),
+    (f"RSS after {keys} keys of 256 B", "rss_mb", "MB", "<=0.5"),
+    (f"data dir size, {keys} keys", "disk_mb", "MB", ""),
+    (f"restart to healthy, {keys} keys", "restart_s", "s", "<=0.5"),
+    (f"RSS after restart, {keys} keys", "rss_restart_mb", "MB", ""),
+]
+servers = [("oxcd", "oxcd"), ("etcd35", "etcd 3.5.1"), ("etcd34", "etcd 3.4.23")]
+present = [(k, label) for k, label in servers if any(s == k for s, _ in values)]
+
+def fmt(v, flag):
+    if v is None:
+        return flag or "-"
+    text = f"{v:,.0f}" if v >= 1000 else (f"{v:.1f}" if v >= 100 else (f"{v:.2f}" if v >= 1 else f"{v:.3f}"))
+    return text + flag
+
+header = ["workload", "unit"] + [label for _, label in present] + ["oxcd/3.5.1", "target"]
+table = [header]
+for title, metric, unit, target in rows:
+    cells = [title, unit]
+    for key, _ in present:
+        cells.append(fmt(*figure(key, metric)))
+    ox, _ = figure("oxcd", metric)
+    e35, _ = figure("etcd35", metric)
+    ratio = f"{ox / e35:.2f}x" if ox is not None and e35 not in (None, 0) else "-"
+    cells += [ratio, target]
+    table.append(cells)
+widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+def line(r):
+    return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+print(line(table[0]))
+print("  ".join("-" * w for w in widths))
+for r in table[1:]:
+    print(line(r))
+rounds = max((len(v) for v in values.values()), default=0)
+print(f"\nmedian of {rounds} round(s){' (--quick)' if quick else ''}; "
+      "'!' = some requests failed (see stderr), n/a = none succeeded; "
+      "target = the ratio issue 3 asks of oxcd/etcd-3.5.1")
+EOF

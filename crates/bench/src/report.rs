@@ -200,11 +200,7 @@ impl Stats {
         }
         let mut out = String::from("\nResponse time histogram:\n");
         for (bound, count) in buckets.iter().zip(counts) {
-            let bar = if max > 0 {
-                count * HISTOGRAM_BAR_WIDTH / max
-            } else {
-                0
-            };
+            let bar = (count * HISTOGRAM_BAR_WIDTH).checked_div(max).unwrap_or(0);
             let _ = writeln!(
                 out,
                 "  {} [{count}]\t|{}",

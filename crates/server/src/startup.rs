@@ -16,7 +16,6 @@ use consensus::{RaftConfig, Transport};
 use mvcc::Store;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::apply::Applier;
 use crate::config::{ServerConfig, GRPC_OVERHEAD_BYTES};
@@ -350,10 +349,11 @@ async fn serve_clients(
     let cluster = ClusterServer::new(ClusterService::new(server.clone()))
         .max_decoding_message_size(max_request)
         .max_encoding_message_size(usize::MAX);
-    let incoming = TcpListenerStream::new(listener);
+    // Without TCP_NODELAY small responses wait for delayed ACKs (~40 ms).
+    // tonic's own nodelay setting applies only to listeners it binds.
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let result = tonic::transport::Server::builder()
         .max_concurrent_streams(server.cfg.max_concurrent_streams)
-        .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(2 * 60 * 60)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         .add_service(kv)

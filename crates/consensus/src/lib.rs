@@ -310,10 +310,12 @@ impl RaftHandle {
             .map_err(|_| ConsensusError::Stopped)
     }
 
-    /// The apply side has applied everything up to `index`.
+    /// The apply side has applied everything up to `index`. The raft thread
+    /// picks it up at its next turn (a proposal, a message or the next tick):
+    /// waking it for this alone would cost a context switch per write while
+    /// the proposer is waiting for its response.
     pub fn report_applied(&self, index: u64) {
         self.inner.shared.applied.fetch_max(index, Ordering::AcqRel);
-        self.inner.shared.wake.notify_one();
     }
 
     /// A durable backend commit covers `index`: write a snapshot file at it,

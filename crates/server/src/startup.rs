@@ -370,15 +370,16 @@ async fn serve_clients(
 
 /// The lifecycle lines operators wait for, once this member has a leader
 /// and has applied what was committed before it started serving.
+/// Ready: a leader that has committed an entry of its term, and this member
+/// has applied up to it (a ReadIndex round proves both, as etcd's publish
+/// through raft does).
 async fn wait_ready(server: &EtcdServer) {
-    let mut applied = server.applied.clone();
     loop {
-        let status = server.raft.status();
-        if status.leader != 0 && *applied.borrow_and_update() >= status.commit_index {
-            return;
+        match server.linearizable_read_notify().await {
+            Ok(()) => return,
+            Err(e) if e == api::rpctypes::STOPPED => return,
+            Err(_) => continue,
         }
-        // Leadership is published without a notification: look again soon.
-        let _ = tokio::time::timeout(Duration::from_millis(10), applied.changed()).await;
     }
 }
 

@@ -9,6 +9,7 @@ const PROTOS: &[&str] = &[
     "etcd/server/etcdserver/api/v3election/v3electionpb/v3election.proto",
     "etcd/server/etcdserver/api/v3lock/v3lockpb/v3lock.proto",
     "oxcd/raft_internal.proto",
+    "oxcd/peer.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

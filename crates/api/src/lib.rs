@@ -22,3 +22,6 @@ pub mod v3lockpb {
     tonic::include_proto!("v3lockpb");
 }
 pub mod rpctypes;
+pub mod oxcdpeerpb {
+    tonic::include_proto!("oxcdpeerpb");
+}

@@ -193,9 +193,11 @@ fn a_torn_wal_tail_is_repaired_and_mid_log_corruption_refuses_to_start() {
     let segment = wal_segments(dir.path()).pop().expect("a WAL segment");
     let mut bytes = fs::read(&segment).unwrap();
 
-    // A torn tail: the last few bytes of the last record never made it.
-    let len = bytes.len();
-    fs::write(&segment, &bytes[..len - 3]).unwrap();
+    // A torn tail: the last few bytes of the last record never made it
+    // (segments are preallocated: the data ends before the zero tail).
+    let end = bytes.iter().rposition(|b| *b != 0).expect("records") + 1;
+    bytes[end - 3..end].fill(0);
+    fs::write(&segment, &bytes).unwrap();
     let mut m = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
     assert!(
         m.log_text().contains("repairing torn tail"),
@@ -213,7 +215,8 @@ fn a_torn_wal_tail_is_repaired_and_mid_log_corruption_refuses_to_start() {
 
     // A flipped byte in the middle of the log: refuse, with file and offset.
     bytes = fs::read(&segment).unwrap();
-    let middle = bytes.len() / 2;
+    let end = bytes.iter().rposition(|b| *b != 0).expect("records") + 1;
+    let middle = end / 2;
     bytes[middle] ^= 0xff;
     fs::write(&segment, &bytes).unwrap();
     let out = run_oxcd(&[

@@ -49,6 +49,7 @@
 pub mod logger;
 mod node;
 pub mod snap;
+pub mod transport;
 pub mod wal;
 
 use std::path::PathBuf;

@@ -32,6 +32,8 @@ pub struct EtcdServer {
     pub store: Arc<Store>,
     pub raft: RaftHandle,
     pub member: Member,
+    /// Every member of the cluster, this one included.
+    pub members: Vec<Member>,
     pub cluster_id: u64,
     pub(crate) wait: Arc<Wait<ApplyOutcome>>,
     pub(crate) applied: watch::Receiver<u64>,
@@ -39,7 +41,9 @@ pub struct EtcdServer {
 }
 
 impl EtcdServer {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
+        members: Vec<Member>,
         cfg: ServerConfig,
         store: Arc<Store>,
         raft: RaftHandle,
@@ -54,6 +58,7 @@ impl EtcdServer {
             store,
             raft,
             member,
+            members,
             cluster_id,
             wait,
             applied,

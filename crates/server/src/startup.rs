@@ -12,6 +12,7 @@ use std::time::Duration;
 use api::etcdserverpb::cluster_server::ClusterServer;
 use api::etcdserverpb::kv_server::KvServer;
 use api::etcdserverpb::maintenance_server::MaintenanceServer;
+use consensus::transport::{PeerService, PeerTransport};
 use consensus::{RaftConfig, Transport};
 use mvcc::Store;
 use tokio::net::TcpListener;
@@ -146,14 +147,33 @@ fn prepare_data_dir(cfg: &ServerConfig) -> Result<(), StartError> {
 
 struct Identity {
     member: MemberInfo,
+    /// Every member this one knows, itself included.
+    members: Vec<MemberInfo>,
     cluster_id: u64,
     voters: Vec<u64>,
     restarted: bool,
 }
 
-/// Who this member is. A member with a WAL takes its IDs from it and
-/// ignores the bootstrap flags, as etcd does; a new one derives them from
-/// `--initial-cluster` and `--initial-cluster-token` as etcd derives them.
+/// The members named by `--initial-cluster`, with etcd's IDs.
+fn initial_members(cfg: &ServerConfig) -> Result<Vec<MemberInfo>, StartError> {
+    let cluster = membership::parse_initial_cluster(&cfg.initial_cluster).map_err(StartError::Config)?;
+    Ok(cluster
+        .into_iter()
+        .map(|(name, urls)| MemberInfo {
+            id: membership::member_id(&urls, &cfg.initial_cluster_token),
+            client_urls: if name == cfg.name { cfg.advertise_client_urls.clone() } else { Vec::new() },
+            name,
+            peer_urls: urls,
+            is_learner: false,
+        })
+        .collect())
+}
+
+/// Who this member is. A member with a WAL takes its IDs and voters from it
+/// and ignores the bootstrap token, as etcd does; a new one derives them
+/// from `--initial-cluster` and `--initial-cluster-token` as etcd does.
+/// Peer URLs come from `--initial-cluster` in both cases (etcd keeps them in
+/// its membership store; ours arrives with membership changes).
 fn identity(cfg: &ServerConfig) -> Result<Identity, StartError> {
     check_backend_is_ours(&cfg.backend_path())?;
     let wal_dir = cfg.member_dir().join("wal");
@@ -165,54 +185,52 @@ fn identity(cfg: &ServerConfig) -> Result<Identity, StartError> {
         None
     };
     if let Some(meta) = recorded {
-        let member = MemberInfo {
+        tracing::info!("local-member-id" = %format!("{:x}", meta.node_id), "cluster-id" = %format!("{:x}", meta.cluster_id),
+            "restarting local member");
+        let by_url: Vec<MemberInfo> = initial_members(cfg).unwrap_or_default();
+        let mut members = Vec::new();
+        for voter in &meta.initial_voters {
+            match by_url.iter().find(|m| m.id == *voter) {
+                Some(m) => members.push(m.clone()),
+                None if *voter == meta.node_id => {}
+                None => tracing::warn!(member = %format!("{voter:x}"),
+                    "peer URLs of a member are unknown: --initial-cluster does not name it"),
+            }
+        }
+        let mut member = members.iter().find(|m| m.id == meta.node_id).cloned().unwrap_or(MemberInfo {
             id: meta.node_id,
             name: cfg.name.clone(),
             peer_urls: cfg.initial_advertise_peer_urls.clone(),
-            client_urls: cfg.advertise_client_urls.clone(),
+            client_urls: Vec::new(),
             is_learner: false,
-        };
-        tracing::info!("local-member-id" = %format!("{:x}", meta.node_id), "cluster-id" = %format!("{:x}", meta.cluster_id),
-            "restarting local member");
+        });
+        member.name = cfg.name.clone();
+        member.client_urls = cfg.advertise_client_urls.clone();
+        members.retain(|m| m.id != member.id);
+        members.push(member.clone());
         return Ok(Identity {
             member,
+            members,
             cluster_id: meta.cluster_id,
             voters: meta.initial_voters,
             restarted: true,
         });
     }
 
-    let cluster =
-        membership::parse_initial_cluster(&cfg.initial_cluster).map_err(StartError::Config)?;
-    let Some((_, own_urls)) = cluster.iter().find(|(name, _)| *name == cfg.name) else {
+    if cfg.initial_cluster_state == "existing" {
+        return Err(StartError::Config(
+            "joining an existing cluster (--initial-cluster-state existing) is not supported yet".to_string(),
+        ));
+    }
+    let members = initial_members(cfg)?;
+    let Some(member) = members.iter().find(|m| m.name == cfg.name).cloned() else {
         return Err(StartError::Config(format!(
             "couldn't find local name {:?} in the initial cluster configuration",
             cfg.name
         )));
     };
-    let voters: Vec<u64> = cluster
-        .iter()
-        .map(|(_, urls)| membership::member_id(urls, &cfg.initial_cluster_token))
-        .collect();
-    if voters.len() > 1 {
-        return Err(StartError::Config(
-            "multi-member clusters are not supported yet: --initial-cluster must name one member"
-                .to_string(),
-        ));
-    }
-    let member = MemberInfo {
-        id: membership::member_id(own_urls, &cfg.initial_cluster_token),
-        name: cfg.name.clone(),
-        peer_urls: own_urls.clone(),
-        client_urls: cfg.advertise_client_urls.clone(),
-        is_learner: false,
-    };
-    Ok(Identity {
-        cluster_id: membership::cluster_id(&voters),
-        member,
-        voters,
-        restarted: false,
-    })
+    let voters: Vec<u64> = members.iter().map(|m| m.id).collect();
+    Ok(Identity { cluster_id: membership::cluster_id(&voters), member, members, voters, restarted: false })
 }
 
 fn check_backend_is_ours(path: &Path) -> Result<(), StartError> {
@@ -235,7 +253,8 @@ fn check_backend_is_ours(path: &Path) -> Result<(), StartError> {
 /// Starts a member: returns once its client listeners are bound.
 pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     let identity = identity(&cfg)?;
-    let (member, cluster_id, voters) = (identity.member, identity.cluster_id, identity.voters);
+    let (member, members, cluster_id, voters) =
+        (identity.member, identity.members, identity.cluster_id, identity.voters);
     let client_addrs: Vec<SocketAddr> = cfg
         .listen_client_urls
         .iter()
@@ -275,7 +294,17 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         applied: store.consistent_index(),
         cluster_id,
     };
-    let (raft, committed) = consensus::start(raft_cfg, Arc::new(NoPeers))?;
+    let peers: Vec<(u64, String)> = members
+        .iter()
+        .filter(|m| m.id != member.id)
+        .filter_map(|m| m.peer_urls.first().map(|url| (m.id, url.clone())))
+        .collect();
+    let transport: Arc<dyn Transport> = if peers.is_empty() {
+        Arc::new(NoPeers)
+    } else {
+        PeerTransport::new(member.id, cluster_id, &peers, &tokio::runtime::Handle::current())
+    };
+    let (raft, committed) = consensus::start(raft_cfg, transport)?;
     tracing::info!("local-member-id" = %format!("{:x}", member.id), "cluster-id" = %format!("{:x}", cluster_id),
         "starting local member");
 
@@ -294,6 +323,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         .map_err(|e| StartError::Config(format!("cannot start the apply thread: {e}")))?;
 
     let server = Arc::new(EtcdServer::new(
+        members,
         cfg.clone(),
         store,
         raft,
@@ -305,6 +335,15 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut bound = Vec::new();
     let mut serving = Vec::new();
+    for url in &cfg.listen_peer_urls {
+        let addr = parse_url(url)?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|error| StartError::Listen { url: url.clone(), error })?;
+        let local = listener.local_addr().map_err(|error| StartError::Listen { url: url.clone(), error })?;
+        serving.push(tokio::spawn(serve_peers(server.clone(), listener, shutdown_rx.clone())));
+        tracing::info!(address = %local, "serving peer traffic");
+    }
     for (url, addr) in cfg.listen_client_urls.iter().zip(client_addrs) {
         let listener = TcpListener::bind(addr)
             .await
@@ -332,6 +371,20 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         serving,
         apply_thread: Some(apply_thread),
     })
+}
+
+async fn serve_peers(server: Arc<EtcdServer>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let peer = PeerService::server(server.member.id, server.cluster_id, server.raft.clone());
+    let result = tonic::transport::Server::builder()
+        .add_service(peer)
+        .serve_with_incoming_shutdown(incoming, async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        })
+        .await;
+    if let Err(e) = result {
+        tracing::error!(error = %e, "peer listener stopped");
+    }
 }
 
 async fn serve_clients(

@@ -221,3 +221,131 @@ pub fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("free port")
 }
+
+/// A process cluster of oxcd members, each on its own loopback address
+/// 127.A.B.i (A.B random per cluster, so parallel tests never collide) with
+/// etcd's ports 2379 (client) and 2380 (peer).
+pub struct Cluster {
+    pub members: Vec<Option<Process>>,
+    pub names: Vec<String>,
+    pub ips: Vec<String>,
+    initial_cluster: String,
+    extra: Vec<String>,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts `n` members and waits until every one is ready.
+    pub fn start(n: usize, extra: &[&str]) -> Cluster {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos() ^ std::process::id().rotate_left(16))
+            .unwrap_or(0);
+        let (a, b) = (1 + (seed % 250), (seed / 250) % 250);
+        let ips: Vec<String> = (1..=n).map(|i| format!("127.{a}.{b}.{i}")).collect();
+        let names: Vec<String> = (1..=n).map(|i| format!("m{i}")).collect();
+        let initial_cluster = names
+            .iter()
+            .zip(&ips)
+            .map(|(name, ip)| format!("{name}=http://{ip}:2380"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = Cluster {
+            members: (0..n).map(|_| None).collect(),
+            names,
+            ips,
+            initial_cluster,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            dir: tempfile::tempdir().expect("temp dir"),
+        };
+        // Start all first (a member is ready only once a quorum is up).
+        for i in 0..n {
+            cluster.members[i] = Some(cluster.spawn(i));
+        }
+        for i in 0..n {
+            cluster.wait_ready(i);
+        }
+        cluster
+    }
+
+    fn spawn(&self, i: usize) -> Process {
+        let ip = &self.ips[i];
+        let data_dir = self.dir.path().join(&self.names[i]);
+        let mut cmd = Command::new(oxcd_bin());
+        cmd.arg("--name")
+            .arg(&self.names[i])
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args(["--listen-client-urls", &format!("http://{ip}:2379")])
+            .args(["--advertise-client-urls", &format!("http://{ip}:2379")])
+            .args(["--listen-peer-urls", &format!("http://{ip}:2380")])
+            .args(["--initial-advertise-peer-urls", &format!("http://{ip}:2380")])
+            .args(["--initial-cluster", &self.initial_cluster])
+            .args(&self.extra);
+        let mut p = Process::spawn(cmd, &data_dir);
+        p.endpoint = format!("http://{ip}:2379");
+        p
+    }
+
+    fn wait_ready(&self, i: usize) {
+        let p = self.members[i].as_ref().expect("member is running");
+        if p.wait_for_log("ready to serve client requests", START_DEADLINE).is_none() {
+            panic!("{} did not become ready; log:\n{}", self.names[i], p.log_text());
+        }
+    }
+
+    /// Restarts a stopped member on its data dir and waits until it is ready.
+    pub fn restart(&mut self, i: usize) {
+        assert!(self.members[i].is_none(), "{} is still running", self.names[i]);
+        self.members[i] = Some(self.spawn(i));
+        self.wait_ready(i);
+    }
+
+    pub fn kill9(&mut self, i: usize) {
+        if let Some(mut p) = self.members[i].take() {
+            p.kill9();
+        }
+    }
+
+    /// SIGSTOP / SIGCONT: a member that neither sends nor answers.
+    pub fn pause(&self, i: usize) {
+        self.signal(i, libc::SIGSTOP);
+    }
+
+    pub fn resume(&self, i: usize) {
+        self.signal(i, libc::SIGCONT);
+    }
+
+    fn signal(&self, i: usize, sig: libc::c_int) {
+        let p = self.members[i].as_ref().expect("member is running");
+        // SAFETY: signalling our own child process by pid.
+        unsafe {
+            libc::kill(p.pid() as libc::pid_t, sig);
+        }
+    }
+
+    pub fn endpoint(&self, i: usize) -> String {
+        format!("http://{}:2379", self.ips[i])
+    }
+
+    /// Endpoints of the members that are running.
+    pub fn endpoints(&self) -> Vec<String> {
+        (0..self.members.len()).filter(|i| self.members[*i].is_some()).map(|i| self.endpoint(i)).collect()
+    }
+
+    pub fn data_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(&self.names[i])
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            // A paused member must be resumed to be killed cleanly.
+            if self.members[i].is_some() {
+                self.resume(i);
+            }
+            self.kill9(i);
+        }
+    }
+}

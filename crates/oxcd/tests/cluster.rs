@@ -1,0 +1,209 @@
+//! Multi-member clusters as processes on loopback: replication, writes on
+//! any member, leader failure under load, quorum loss.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, ConnectOptions, GetOptions};
+use testkit::Cluster;
+use tonic::Code;
+
+/// Elections here: 100 ms heartbeats, 1 s election timeout (etcd's defaults).
+const ELECTION_DEADLINE: Duration = Duration::from_secs(10);
+
+async fn client(endpoints: &[String]) -> Client {
+    Client::connect(endpoints, None).await.expect("connect")
+}
+
+async fn require_leader_client(endpoint: &str) -> Client {
+    Client::connect([endpoint], Some(ConnectOptions::new().with_require_leader(true))).await.expect("connect")
+}
+
+/// The index of the member every running member agrees leads, waiting for
+/// an election if needed.
+async fn leader(cluster: &Cluster) -> usize {
+    let deadline = Instant::now() + ELECTION_DEADLINE;
+    loop {
+        let mut seen = Vec::new();
+        for (i, endpoint) in (0..cluster.members.len()).filter(|i| cluster.members[*i].is_some()).map(|i| (i, cluster.endpoint(i))) {
+            let Ok(mut c) = Client::connect([endpoint], None).await else { continue };
+            if let Ok(s) = c.status().await {
+                seen.push((i, s.header().map(|h| h.member_id()).unwrap_or(0), s.leader()));
+            }
+        }
+        let leaders: Vec<u64> = seen.iter().map(|s| s.2).collect();
+        if !leaders.is_empty() && leaders[0] != 0 && leaders.iter().all(|l| *l == leaders[0]) {
+            if let Some((i, _, _)) = seen.iter().find(|(_, id, _)| *id == leaders[0]) {
+                return *i;
+            }
+        }
+        assert!(Instant::now() < deadline, "no agreed leader: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn status_error(e: etcd_client::Error) -> (Code, String) {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => (s.code(), s.message().to_string()),
+        other => panic!("expected a gRPC status, got {other:?}"),
+    }
+}
+
+async fn hashes_converge(cluster: &Cluster) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut hashes = Vec::new();
+        for endpoint in cluster.endpoints() {
+            let mut c = client(&[endpoint]).await;
+            let rev = c.get("", Some(GetOptions::new().with_all_keys().with_serializable())).await.unwrap();
+            let r = c.hash_kv(0).await.unwrap();
+            hashes.push((rev.header().unwrap().revision(), r.hash()));
+        }
+        if hashes.iter().all(|h| *h == hashes[0]) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "members do not converge: {hashes:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_replicate_writes_made_on_any_member() {
+    let cluster = Cluster::start(3, &[]);
+    for i in 0..3 {
+        let mut c = client(&[cluster.endpoint(i)]).await;
+        c.put(format!("from-m{i}"), format!("{i}"), None).await.unwrap();
+    }
+    for i in 0..3 {
+        let mut c = client(&[cluster.endpoint(i)]).await;
+        // Linearizable reads on followers see every acknowledged write.
+        let g = c.get("from-", Some(GetOptions::new().with_prefix())).await.unwrap();
+        assert_eq!(g.count(), 3, "member {i}");
+        let s = c.status().await.unwrap();
+        assert_ne!(s.leader(), 0);
+    }
+    let mut c = client(&[cluster.endpoint(0)]).await;
+    let members = c.member_list().await.unwrap();
+    assert_eq!(members.members().len(), 3);
+    hashes_converge(&cluster).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_under_load_loses_no_acknowledged_write() {
+    let mut cluster = Cluster::start(3, &[]);
+    let endpoints = cluster.endpoints();
+    let acked: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..8 {
+        let (acked, stop, endpoint) = (acked.clone(), stop.clone(), endpoints[w % 3].clone());
+        writers.push(tokio::spawn(async move {
+            let mut c = client(&[endpoint]).await;
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let (k, v) = (format!("w{w}/{i:06}"), format!("v{i}"));
+                // A failed put is not acknowledged; the writer moves on.
+                if c.put(k.clone(), v.clone(), None).await.is_ok() {
+                    acked.lock().unwrap().push((k, v));
+                }
+                i += 1;
+            }
+        }));
+    }
+    let wait_for = |n: usize| {
+        let acked = acked.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while acked.lock().unwrap().len() < n {
+                assert!(Instant::now() < deadline, "writes stalled");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    wait_for(500).await;
+    let old_leader = leader(&cluster).await;
+    let killed_at = Instant::now();
+    cluster.kill9(old_leader);
+    let new_leader = leader(&cluster).await;
+    assert_ne!(new_leader, old_leader);
+    let election = killed_at.elapsed();
+    let before = acked.lock().unwrap().len();
+    wait_for(before + 500).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        let _ = w.await;
+    }
+    assert!(election < ELECTION_DEADLINE, "election took {election:?}");
+
+    cluster.restart(old_leader);
+    hashes_converge(&cluster).await;
+    let mut c = client(&[cluster.endpoint(old_leader)]).await;
+    let all = c.get("w", Some(GetOptions::new().with_prefix())).await.unwrap();
+    let stored: HashMap<String, String> =
+        all.kvs().iter().map(|kv| (kv.key_str().unwrap().to_string(), kv.value_str().unwrap().to_string())).collect();
+    let acked = acked.lock().unwrap();
+    let lost: Vec<_> = acked.iter().filter(|(k, v)| stored.get(k) != Some(v)).collect();
+    assert!(lost.is_empty(), "{} acknowledged writes lost: {:?}", lost.len(), &lost[..lost.len().min(5)]);
+    assert_eq!(all.header().unwrap().revision() as usize, stored.len() + 1, "a write applied twice or lost");
+    assert!(all.kvs().iter().all(|kv| kv.version() == 1), "a put applied twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_members_serve_with_two_lost_and_refuse_writes_with_three_lost() {
+    let mut cluster = Cluster::start(5, &["--election-timeout", "500"]);
+    let first_leader = leader(&cluster).await;
+    // Lose two, including the leader: a new one is elected, writes go on.
+    let others: Vec<usize> = (0..5).filter(|i| *i != first_leader).collect();
+    cluster.kill9(first_leader);
+    cluster.kill9(others[0]);
+    leader(&cluster).await;
+    let mut c = client(&cluster.endpoints()).await;
+    c.put("with-three", "ok", None).await.unwrap();
+
+    // Lose a third: no quorum. The survivors lose their leader.
+    let survivors: Vec<usize> = (0..5).filter(|i| cluster.members[*i].is_some()).collect();
+    cluster.kill9(survivors[0]);
+    let lone = survivors[1];
+    let mut c = require_leader_client(&cluster.endpoint(lone)).await;
+    let deadline = Instant::now() + ELECTION_DEADLINE;
+    let err = loop {
+        match c.put("no-quorum", "x", None).await {
+            Err(e) => {
+                let e = status_error(e);
+                if e.1 == "etcdserver: no leader" {
+                    break e;
+                }
+            }
+            Ok(_) => panic!("a write committed without a quorum"),
+        }
+        assert!(Instant::now() < deadline, "the member kept its leader without a quorum");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(err.0, Code::Unavailable);
+    // With require-leader the answer is immediate.
+    let started = Instant::now();
+    let e = status_error(c.put("no-quorum", "x", None).await.unwrap_err());
+    assert_eq!(e.1, "etcdserver: no leader");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    // Without it, the request times out as etcd's does (5 s + 2 election timeouts).
+    let mut plain = client(&[cluster.endpoint(lone)]).await;
+    let started = Instant::now();
+    let e = status_error(plain.put("no-quorum", "x", None).await.unwrap_err());
+    assert_eq!(e, (Code::Unavailable, "etcdserver: request timed out".into()));
+    assert!(started.elapsed() >= Duration::from_secs(5), "{:?}", started.elapsed());
+    // Serializable reads are still served locally.
+    let g = plain.get("with-three", Some(GetOptions::new().with_serializable())).await.unwrap();
+    assert_eq!(g.kvs()[0].value(), b"ok");
+
+    // Quorum back: the refused write is nowhere, new writes commit.
+    let dead: Vec<usize> = (0..5).filter(|i| cluster.members[*i].is_none()).collect();
+    cluster.restart(dead[0]);
+    cluster.restart(dead[1]);
+    leader(&cluster).await;
+    let mut c = client(&cluster.endpoints()).await;
+    c.put("after", "quorum", None).await.unwrap();
+    assert!(c.get("no-quorum", None).await.unwrap().kvs().is_empty());
+    hashes_converge(&cluster).await;
+}

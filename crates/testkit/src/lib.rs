@@ -6,6 +6,8 @@
 //! member's "serving client traffic" log line, so parallel tests never race
 //! for ports.
 
+pub mod netns;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};

@@ -1,0 +1,179 @@
+//! Network partitions for real: each member runs in a network namespace of
+//! its own, joined to the others by a bridge in a "switch" namespace; taking
+//! a member's bridge port down cuts it off both ways. Test clients run in a
+//! "client" namespace on the same bridge whose port never goes down.
+//!
+//! Everything lives in namespaces this harness creates and deletes; no
+//! packet leaves them. Needs root and iproute2 (`ip`), as CI has.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::{oxcd_bin, Process, START_DEADLINE};
+
+/// The subnet the namespaces use among themselves (never routed anywhere:
+/// it exists only on the veths of the namespaces made here).
+const SUBNET_PREFIX: &str = "10.213";
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("iproute2 `ip` is installed");
+    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+}
+
+pub struct NetnsCluster {
+    tag: String,
+    subnet: String,
+    pub members: Vec<Option<Process>>,
+    pub names: Vec<String>,
+    initial_cluster: String,
+    dir: tempfile::TempDir,
+    namespaces: Vec<String>,
+}
+
+impl NetnsCluster {
+    pub fn start(n: usize, extra: &[&str]) -> NetnsCluster {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos() ^ std::process::id())
+            .unwrap_or(0);
+        let tag = format!("{:04x}", seed & 0xffff);
+        let subnet = format!("{SUBNET_PREFIX}.{}", seed % 250 + 1);
+        let names: Vec<String> = (1..=n).map(|i| format!("m{i}")).collect();
+        let initial_cluster = (1..=n)
+            .map(|i| format!("m{i}=http://{subnet}.{i}:2380"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut c = NetnsCluster {
+            tag,
+            subnet,
+            members: (0..n).map(|_| None).collect(),
+            names,
+            initial_cluster,
+            dir: tempfile::tempdir().expect("temp dir"),
+            namespaces: Vec::new(),
+        };
+        c.build_network(n);
+        for i in 0..n {
+            c.members[i] = Some(c.spawn(i, extra));
+        }
+        for i in 0..n {
+            let p = c.members[i].as_ref().expect("started");
+            if p.wait_for_log("ready to serve client requests", START_DEADLINE).is_none() {
+                panic!("m{} did not become ready; log:\n{}", i + 1, p.log_text());
+            }
+        }
+        c
+    }
+
+    fn ns(&self, host: &str) -> String {
+        format!("ox{}{}", self.tag, host)
+    }
+
+    fn build_network(&mut self, n: usize) {
+        let switch = self.ns("s");
+        ip(&["netns", "add", &switch]);
+        self.namespaces.push(switch.clone());
+        ip(&["-n", &switch, "link", "add", "br0", "type", "bridge"]);
+        ip(&["-n", &switch, "link", "set", "br0", "up"]);
+        // Hosts 1..=n are members, 200 is the client.
+        let hosts: Vec<(String, u32)> =
+            (1..=n as u32).map(|i| (format!("{i}"), i)).chain([("c".to_string(), 200)]).collect();
+        for (host, octet) in hosts {
+            let ns = self.ns(&host);
+            ip(&["netns", "add", &ns]);
+            self.namespaces.push(ns.clone());
+            let (a, b) = (format!("v{}{}a", self.tag, host), format!("v{}{}b", self.tag, host));
+            ip(&["link", "add", &a, "type", "veth", "peer", "name", &b]);
+            ip(&["link", "set", &a, "netns", &ns, "name", "eth0"]);
+            ip(&["link", "set", &b, "netns", &switch]);
+            ip(&["-n", &switch, "link", "set", &b, "master", "br0", "up"]);
+            ip(&["-n", &ns, "addr", "add", &format!("{}.{octet}/24", self.subnet), "dev", "eth0"]);
+            ip(&["-n", &ns, "link", "set", "eth0", "up"]);
+            ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        }
+    }
+
+    fn spawn(&self, i: usize, extra: &[&str]) -> Process {
+        let addr = format!("{}.{}", self.subnet, i + 1);
+        let data_dir = self.data_dir(i);
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns(&format!("{}", i + 1))])
+            .arg(oxcd_bin())
+            .args(["--name", &self.names[i]])
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args(["--listen-client-urls", &format!("http://{addr}:2379")])
+            .args(["--advertise-client-urls", &format!("http://{addr}:2379")])
+            .args(["--listen-peer-urls", &format!("http://{addr}:2380")])
+            .args(["--initial-advertise-peer-urls", &format!("http://{addr}:2380")])
+            .args(["--initial-cluster", &self.initial_cluster])
+            .args(extra);
+        let mut p = Process::spawn(cmd, &data_dir);
+        p.endpoint = format!("http://{addr}:2379");
+        p
+    }
+
+    pub fn data_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(&self.names[i])
+    }
+
+    pub fn endpoint(&self, i: usize) -> String {
+        format!("http://{}.{}:2379", self.subnet, i + 1)
+    }
+
+    pub fn endpoints(&self) -> Vec<String> {
+        (0..self.members.len()).map(|i| self.endpoint(i)).collect()
+    }
+
+    /// Cuts member `i` off from every other member and from the clients.
+    pub fn isolate(&self, i: usize) {
+        ip(&["-n", &self.ns("s"), "link", "set", &format!("v{}{}b", self.tag, i + 1), "down"]);
+    }
+
+    pub fn heal(&self, i: usize) {
+        ip(&["-n", &self.ns("s"), "link", "set", &format!("v{}{}b", self.tag, i + 1), "up"]);
+    }
+
+    /// Runs `f` on a thread inside the client namespace: sockets it opens
+    /// reach the members (build a tokio runtime inside `f`).
+    pub fn in_client_ns<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> R {
+        self.in_ns(&self.ns("c"), f)
+    }
+
+    /// Runs `f` inside member `i`'s namespace (a client on the member's own
+    /// side of a partition).
+    pub fn in_member_ns<R: Send + 'static>(&self, i: usize, f: impl FnOnce() -> R + Send + 'static) -> R {
+        self.in_ns(&self.ns(&format!("{}", i + 1)), f)
+    }
+
+    fn in_ns<R: Send + 'static>(&self, ns: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
+        let path = format!("/var/run/netns/{ns}");
+        std::thread::spawn(move || {
+            let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
+            use std::os::fd::AsRawFd;
+            // SAFETY: setns on this thread only, with a valid namespace fd.
+            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+            f()
+        })
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    }
+
+    pub fn kill9(&mut self, i: usize) {
+        if let Some(mut p) = self.members[i].take() {
+            p.kill9();
+        }
+    }
+}
+
+impl Drop for NetnsCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill9(i);
+        }
+        for ns in &self.namespaces {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+    }
+}

@@ -149,6 +149,9 @@ pub enum ConsensusError {
     Stopped,
     #[error("etcdserver: request timed out")]
     Timeout,
+    /// A ReadIndex round was in flight when the leader changed.
+    #[error("etcdserver: leader changed")]
+    LeaderChanged,
     #[error(transparent)]
     Wal(#[from] WalError),
     #[error(transparent)]

@@ -452,9 +452,12 @@ impl Node {
         } else {
             tracing::info!(target: "raft", "raft.node: {:x} lost leader {:x} at term {}", self.id, self.last_leader, term);
         }
-        // Rounds in flight die with the old leadership; retry them.
+        // Rounds in flight die with the old leadership: etcd answers them
+        // "leader changed" (the client retries on the new leader).
         for round in self.read_rounds.drain(..) {
-            self.pending_reads.extend(round.waiters);
+            for waiter in round.waiters {
+                let _ = waiter.send(Err(ConsensusError::LeaderChanged));
+            }
         }
         self.last_leader = leader;
     }

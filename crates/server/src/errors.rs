@@ -20,6 +20,8 @@ pub fn from_consensus(e: &consensus::ConsensusError) -> EtcdError {
         consensus::ConsensusError::NoLeader => rpctypes::NO_LEADER,
         consensus::ConsensusError::Stopped => rpctypes::STOPPED,
         consensus::ConsensusError::ProposalDropped => rpctypes::TIMEOUT,
+        consensus::ConsensusError::LeaderChanged => rpctypes::LEADER_CHANGED,
+        consensus::ConsensusError::Timeout => rpctypes::TIMEOUT,
         other => {
             tracing::error!(error = %other, "consensus failure");
             rpctypes::STOPPED

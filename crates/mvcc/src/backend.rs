@@ -13,6 +13,9 @@ use crate::MvccError;
 
 pub const KEY_TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("key");
 pub const META_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+/// Cluster membership as the apply layer records it: member ID (u64) →
+/// an opaque record the server encodes (etcd keeps a "members" bucket).
+pub const MEMBERS_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("members");
 
 pub const META_CONSISTENT_INDEX: &str = "consistent_index";
 pub const META_FINISHED_COMPACT_REV: &str = "finishedCompactRev";
@@ -181,7 +184,25 @@ pub struct Batch<'a> {
     pub deletions: &'a [RevisionKey],
     pub consistent_index: u64,
     pub compact_revision: Option<i64>,
+    /// Member records to write (Some) or remove (None).
+    pub members: &'a BTreeMap<u64, Option<Vec<u8>>>,
     pub durable: bool,
+}
+
+/// Every member record in the file.
+pub fn load_members(db: &Database) -> Result<BTreeMap<u64, Vec<u8>>, MvccError> {
+    let txn = db.begin_read().map_err(backend_error)?;
+    let table = match txn.open_table(MEMBERS_TABLE) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(BTreeMap::new()),
+        Err(e) => return Err(backend_error(e)),
+    };
+    let mut out = BTreeMap::new();
+    for row in table.iter().map_err(backend_error)? {
+        let (id, record) = row.map_err(backend_error)?;
+        out.insert(id.value(), record.value().to_vec());
+    }
+    Ok(out)
 }
 
 /// Writes the batch with its consistent index in one transaction; returns the
@@ -213,6 +234,15 @@ pub fn commit_batch(db: &Database, batch: &Batch<'_>) -> Result<i64, MvccError> 
             &batch.consistent_index.to_be_bytes()[..],
         )
         .map_err(backend_error)?;
+        if !batch.members.is_empty() {
+            let mut members = txn.open_table(MEMBERS_TABLE).map_err(backend_error)?;
+            for (id, record) in batch.members {
+                match record {
+                    Some(bytes) => members.insert(*id, &bytes[..]).map_err(backend_error)?,
+                    None => members.remove(*id).map_err(backend_error)?,
+                };
+            }
+        }
         if let Some(revision) = batch.compact_revision {
             meta.insert(META_SCHEDULED_COMPACT_REV, &revision.to_be_bytes()[..])
                 .map_err(backend_error)?;

@@ -40,6 +40,8 @@ pub(crate) struct Pending {
     /// Records dropped by compaction, deleted at the next commit.
     pub deletions: Vec<RevisionKey>,
     pub compact_revision: Option<i64>,
+    /// Member records changed since the last commit (None: removed).
+    pub members: BTreeMap<u64, Option<Vec<u8>>>,
     pub consistent_index: u64,
     /// The consistent index (or anything else) differs from the file.
     pub dirty: bool,
@@ -171,6 +173,27 @@ impl Store {
                 .is_none_or(|lookup| lookup(lease))
     }
 
+    /// Records a cluster member (or removes it with None) as part of the
+    /// apply of raft entry `consistent_index`: it reaches the file in the
+    /// same transaction as that index.
+    pub fn put_member(&self, id: u64, record: Option<Vec<u8>>, consistent_index: u64) {
+        let _writer = self.writer.lock();
+        self.pending.write().members.insert(id, record);
+        self.record_consistent_index(consistent_index);
+    }
+
+    /// Every member record: the file's, with applied-but-uncommitted changes.
+    pub fn members(&self) -> Result<BTreeMap<u64, Vec<u8>>, MvccError> {
+        let mut members = backend::load_members(&self.db)?;
+        for (id, record) in &self.pending.read().members {
+            match record {
+                Some(bytes) => members.insert(*id, bytes.clone()),
+                None => members.remove(id),
+            };
+        }
+        Ok(members)
+    }
+
     /// Begins the one write transaction; blocks while another is alive, so
     /// never call `commit`/`compact` on the same thread while holding one.
     pub fn write(&self, consistent_index: u64) -> TxnWrite<'_> {
@@ -233,7 +256,8 @@ impl Store {
         let nothing_pending = !pending.dirty
             && pending.records.is_empty()
             && pending.deletions.is_empty()
-            && pending.compact_revision.is_none();
+            && pending.compact_revision.is_none()
+            && pending.members.is_empty();
         if nothing_pending && (!durable || self.durable_consistent_index() == consistent_index) {
             return Ok(());
         }
@@ -244,6 +268,7 @@ impl Store {
                 deletions: &pending.deletions,
                 consistent_index,
                 compact_revision: pending.compact_revision,
+                members: &pending.members,
                 durable,
             },
         )?;
@@ -252,6 +277,7 @@ impl Store {
         pending.records.clear();
         pending.deletions.clear();
         pending.compact_revision = None;
+        pending.members.clear();
         pending.dirty = false;
         drop(pending);
         self.size_in_use.store(in_use, Ordering::Relaxed);

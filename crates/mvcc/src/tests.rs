@@ -998,3 +998,22 @@ fn compact_zero_on_fresh_store_is_accepted_once_as_etcd() {
     t.store.compact(1, 0).unwrap();
     assert_eq!(t.store.compact(2, 0).unwrap_err(), MvccError::FutureRev);
 }
+
+#[test]
+fn member_records_persist_with_the_consistent_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    {
+        let store = Store::open(&path).unwrap();
+        store.put_member(7, Some(b"seven".to_vec()), 3);
+        store.put_member(9, Some(b"nine".to_vec()), 4);
+        assert_eq!(store.members().unwrap().len(), 2);
+        store.put_member(9, None, 5);
+        assert_eq!(store.members().unwrap().keys().copied().collect::<Vec<_>>(), vec![7]);
+        store.commit(true).unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.consistent_index(), 5);
+    assert_eq!(store.members().unwrap().get(&7).map(Vec::as_slice), Some(&b"seven"[..]));
+    assert!(!store.members().unwrap().contains_key(&9));
+}

@@ -22,6 +22,7 @@ use raft::eraftpb::{Entry, EntryType};
 use tokio::sync::{mpsc, watch};
 
 use crate::errors;
+use crate::membership::{encode_member, ClusterMembers};
 use crate::wait::Wait;
 
 /// etcd's backend batch limits: commit at least every 100 ms or 10k ops.
@@ -34,6 +35,7 @@ pub enum ApplyResponse {
     DeleteRange(DeleteRangeResponse),
     Txn(TxnResponse),
     Compaction(CompactionResponse),
+    MemberAttrSet,
 }
 
 pub type ApplyOutcome = Result<ApplyResponse, EtcdError>;
@@ -44,6 +46,7 @@ pub struct Applier {
     pub wait: Arc<Wait<ApplyOutcome>>,
     pub applied: watch::Sender<u64>,
     pub snapshot_count: u64,
+    pub members: Arc<ClusterMembers>,
 }
 
 impl Applier {
@@ -150,6 +153,17 @@ impl Applier {
         }
         if let Some(txn) = request.txn {
             return self.apply_txn(&txn, index).map(ApplyResponse::Txn);
+        }
+        if let Some(set) = request.cluster_member_attr_set {
+            let attributes = set.member_attributes.unwrap_or_default();
+            match self.members.set_attributes(set.member_id, &attributes.name, &attributes.client_urls) {
+                Some(member) => self.store.put_member(member.id, Some(encode_member(&member)), index),
+                None => {
+                    tracing::warn!(member = %format!("{:x}", set.member_id), "attributes of an unknown member ignored");
+                    self.store.set_consistent_index(index);
+                }
+            }
+            return Ok(ApplyResponse::MemberAttrSet);
         }
         if let Some(compaction) = request.compaction {
             return self

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use crate::apply::{ApplyOutcome, ApplyResponse};
 use crate::config::ServerConfig;
 use crate::errors;
-use crate::membership::Member;
+use crate::membership::{ClusterMembers, Member};
 use crate::wait::Wait;
 
 /// etcd refuses new proposals once apply lags commit by this many entries
@@ -33,7 +33,7 @@ pub struct EtcdServer {
     pub raft: RaftHandle,
     pub member: Member,
     /// Every member of the cluster, this one included.
-    pub members: Vec<Member>,
+    pub members: Arc<ClusterMembers>,
     pub cluster_id: u64,
     pub(crate) wait: Arc<Wait<ApplyOutcome>>,
     pub(crate) applied: watch::Receiver<u64>,
@@ -43,7 +43,7 @@ pub struct EtcdServer {
 impl EtcdServer {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        members: Vec<Member>,
+        members: Arc<ClusterMembers>,
         cfg: ServerConfig,
         store: Arc<Store>,
         raft: RaftHandle,

@@ -3,6 +3,10 @@
 //! endian) of sha1(sorted peer URLs ++ cluster token); the cluster ID is the
 //! same over the sorted member IDs. Equal flags give equal IDs to etcd's.
 
+use std::collections::BTreeMap;
+
+use parking_lot::RwLock;
+use prost::Message;
 use sha1::{Digest, Sha1};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,6 +16,55 @@ pub struct Member {
     pub peer_urls: Vec<String>,
     pub client_urls: Vec<String>,
     pub is_learner: bool,
+}
+
+/// The cluster's members as this member knows them: bootstrapped from
+/// `--initial-cluster`, kept in the backend's members table, and updated
+/// by the attributes each member publishes through raft when it starts.
+pub struct ClusterMembers {
+    members: RwLock<BTreeMap<u64, Member>>,
+}
+
+impl ClusterMembers {
+    pub fn new(members: Vec<Member>) -> ClusterMembers {
+        ClusterMembers { members: RwLock::new(members.into_iter().map(|m| (m.id, m)).collect()) }
+    }
+
+    /// Every member, ordered by ID (as etcd lists them).
+    pub fn list(&self) -> Vec<Member> {
+        self.members.read().values().cloned().collect()
+    }
+
+    pub fn get(&self, id: u64) -> Option<Member> {
+        self.members.read().get(&id).cloned()
+    }
+
+    /// Applies a published name and client URLs; returns the updated
+    /// member, or None for a member this cluster does not have.
+    pub fn set_attributes(&self, id: u64, name: &str, client_urls: &[String]) -> Option<Member> {
+        let mut members = self.members.write();
+        let m = members.get_mut(&id)?;
+        m.name = name.to_string();
+        m.client_urls = client_urls.to_vec();
+        Some(m.clone())
+    }
+}
+
+/// A member as the backend's members table stores it (etcd's Member message).
+pub fn encode_member(m: &Member) -> Vec<u8> {
+    api::etcdserverpb::Member {
+        id: m.id,
+        name: m.name.clone(),
+        peer_ur_ls: m.peer_urls.clone(),
+        client_ur_ls: m.client_urls.clone(),
+        is_learner: m.is_learner,
+    }
+    .encode_to_vec()
+}
+
+pub fn decode_member(bytes: &[u8]) -> Option<Member> {
+    let m = api::etcdserverpb::Member::decode(bytes).ok()?;
+    Some(Member { id: m.id, name: m.name, peer_urls: m.peer_ur_ls, client_urls: m.client_ur_ls, is_learner: m.is_learner })
 }
 
 pub fn member_id(peer_urls: &[String], cluster_token: &str) -> u64 {

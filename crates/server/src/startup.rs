@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use api::etcdserverpb::cluster_server::ClusterServer;
+use api::etcdserverpb::{Attributes, ClusterMemberAttrSetRequest, InternalRaftRequest};
 use api::etcdserverpb::kv_server::KvServer;
 use api::etcdserverpb::maintenance_server::MaintenanceServer;
 use consensus::transport::{PeerService, PeerTransport};
@@ -21,7 +22,7 @@ use tokio::sync::watch;
 use crate::apply::Applier;
 use crate::config::{ServerConfig, GRPC_OVERHEAD_BYTES};
 use crate::etcdserver::EtcdServer;
-use crate::membership::{self, Member as MemberInfo};
+use crate::membership::{self, ClusterMembers, Member as MemberInfo};
 use crate::v3rpc::cluster::ClusterService;
 use crate::v3rpc::kv::KvService;
 use crate::v3rpc::maintenance::{MaintenanceService, CLUSTER_VERSION, ETCD_VERSION};
@@ -250,6 +251,30 @@ fn check_backend_is_ours(path: &Path) -> Result<(), StartError> {
     }
 }
 
+/// The members this one knows: the backend's members table once it has
+/// one (it survives restarts and carries published attributes), else the
+/// bootstrap list, which is then written to it. This member's own entry
+/// always takes its current name and advertised client URLs.
+fn known_members(store: &Store, bootstrap: Vec<MemberInfo>, own: &MemberInfo) -> Result<Vec<MemberInfo>, StartError> {
+    let stored: Vec<MemberInfo> = store.members()?.values().filter_map(|b| membership::decode_member(b)).collect();
+    let mut members = if stored.is_empty() {
+        for m in &bootstrap {
+            store.put_member(m.id, Some(membership::encode_member(m)), store.consistent_index());
+        }
+        bootstrap
+    } else {
+        stored
+    };
+    match members.iter_mut().find(|m| m.id == own.id) {
+        Some(m) => {
+            m.name = own.name.clone();
+            m.client_urls = own.client_urls.clone();
+        }
+        None => members.push(own.clone()),
+    }
+    Ok(members)
+}
+
 /// Starts a member: returns once its client listeners are bound.
 pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     let identity = identity(&cfg)?;
@@ -285,6 +310,8 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     tracing::info!(path = %backend_path.display(), "consistent-index" = store.consistent_index(),
         revision = store.current_revision(), "opened backend db");
 
+    let members = Arc::new(ClusterMembers::new(known_members(&store, members, &member)?));
+
     let raft_cfg = RaftConfig {
         id: member.id,
         member_dir: cfg.member_dir(),
@@ -295,6 +322,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         cluster_id,
     };
     let peers: Vec<(u64, String)> = members
+        .list()
         .iter()
         .filter(|m| m.id != member.id)
         .filter_map(|m| m.peer_urls.first().map(|url| (m.id, url.clone())))
@@ -316,6 +344,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         wait: wait.clone(),
         applied: applied_tx,
         snapshot_count: cfg.snapshot_count.max(1),
+        members: members.clone(),
     };
     let apply_thread = std::thread::Builder::new()
         .name("apply".into())
@@ -323,7 +352,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         .map_err(|e| StartError::Config(format!("cannot start the apply thread: {e}")))?;
 
     let server = Arc::new(EtcdServer::new(
-        members,
+        members.clone(),
         cfg.clone(),
         store,
         raft,
@@ -436,8 +465,35 @@ async fn wait_ready(server: &EtcdServer) {
     }
 }
 
+/// etcd's publish: this member's name and client URLs go through raft so
+/// that every member lists them. Retried until it commits.
+async fn publish(server: &EtcdServer) {
+    let attributes = ClusterMemberAttrSetRequest {
+        member_id: server.member.id,
+        member_attributes: Some(Attributes {
+            name: server.member.name.clone(),
+            client_urls: server.member.client_urls.clone(),
+        }),
+    };
+    loop {
+        let request = InternalRaftRequest { cluster_member_attr_set: Some(attributes.clone()), ..Default::default() };
+        match server.propose(request).await {
+            Ok(_) => return,
+            Err(e) if e == api::rpctypes::STOPPED => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "failed to publish local member to cluster through raft");
+                tokio::time::sleep(PUBLISH_RETRY).await;
+            }
+        }
+    }
+}
+
+/// How long a failed publish waits before trying again.
+const PUBLISH_RETRY: Duration = Duration::from_millis(500);
+
 async fn announce_when_ready(server: Arc<EtcdServer>) {
     wait_ready(&server).await;
+    publish(&server).await;
     tracing::info!(
         "local-member-id" = %format!("{:x}", server.member.id),
         "local-member-attributes" = %format!("{{Name:{} ClientURLs:[{}]}}", server.member.name, server.member.client_urls.join(" ")),

@@ -55,20 +55,20 @@ impl Cluster for ClusterService {
         if request.get_ref().linearizable {
             self.server.linearizable_read_notify().await?;
         }
-        // etcd lists members ordered by ID.
-        let mut members: Vec<PbMember> = self
+        // Ordered by ID, as etcd lists them.
+        let members: Vec<PbMember> = self
             .server
             .members
-            .iter()
+            .list()
+            .into_iter()
             .map(|m| PbMember {
                 id: m.id,
-                name: m.name.clone(),
-                peer_ur_ls: m.peer_urls.clone(),
-                client_ur_ls: m.client_urls.clone(),
+                name: m.name,
+                peer_ur_ls: m.peer_urls,
+                client_ur_ls: m.client_urls,
                 is_learner: m.is_learner,
             })
             .collect();
-        members.sort_by_key(|m| m.id);
         let header = self.server.header(self.server.store.current_revision());
         Ok(Response::new(MemberListResponse {
             header: Some(header),

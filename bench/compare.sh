@@ -2,16 +2,19 @@
 # Side-by-side benchmark: oxcd vs etcd 3.5.1 vs etcd 3.4.23, same machine,
 # same tool (oxbench), same settings, fresh data dirs; one table at the end.
 #
-#   bench/compare.sh [--rounds N] [--quick] [--only oxcd,etcd35,etcd34] [--keep-logs]
+#   bench/compare.sh [--rounds N] [--quick] [--only oxcd,etcd35,etcd34] [--cluster N] [--keep-logs]
 #
 #   --rounds N   run everything N times, alternating the server order round by
 #                round; the table shows the median of the rounds (default 1)
 #   --quick      small totals (10k keys instead of 1M, ...) for a smoke run
 #   --only LIST  a subset of servers: oxcd, etcd35, etcd34 (comma-separated)
+#   --cluster N  run each server as an N-member cluster (default 1: a single
+#                member, phases A and B below; N > 1: phase C below)
 #   --keep-logs  keep the server logs and raw results (their path is printed)
 #
-# Environment: OXCD, OXBENCH, ETCD35, ETCD34 override the binaries;
-# PORT (default 27379) is the client port, PORT+1 the peer port.
+# Environment: OXCD, OXBENCH, ETCD35, ETCD34, ETCDCTL override the binaries;
+# PORT (default 27379) is the client port, PORT+1 the peer port; member i of a
+# cluster (0-based) listens on 127.0.0.1 at PORT+2i (client) and PORT+2i+1 (peer).
 #
 # Each server runs alone, as a single member on loopback, twice per round:
 #   A) a fresh member: put 1 client; put 100 clients x 10 conns (with server
@@ -21,6 +24,16 @@
 #   B) a fresh member: load N keys of 256 B (1,000,000; --quick: 10,000), then
 #      VmRSS, data dir size (du), SIGTERM, restart, and the time until healthy
 #      (Status has a leader and a linearizable read succeeds: `oxbench health`).
+#
+# With --cluster N (issue 4's benchmark), each server runs as an N-member
+# cluster on loopback, same flags for every kind, once per round:
+#   C) a fresh cluster (every member healthy, leader found with `etcdctl
+#      endpoint status`): put 1 client, put 100 clients x 10 conns (with the CPU
+#      seconds of all members per 10k puts), range linearizable 100 clients x 10
+#      conns, each against all members (--endpoints in the order follower(s)
+#      first, leader last: oxbench spreads conns round-robin, so the 1-client put
+#      goes through a follower on every server kind) and then against the leader
+#      only. A leader change during the run is reported on stderr.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,6 +41,7 @@ rounds=1
 quick=0
 only="oxcd,etcd35,etcd34"
 keep_logs=0
+cluster=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
@@ -35,8 +49,10 @@ while [ $# -gt 0 ]; do
     --quick) quick=1; shift ;;
     --only) only=$2; shift 2 ;;
     --only=*) only=${1#*=}; shift ;;
+    --cluster) cluster=$2; shift 2 ;;
+    --cluster=*) cluster=${1#*=}; shift ;;
     --keep-logs) keep_logs=1; shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "compare.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -48,6 +64,7 @@ for s in ${only//,/ }; do
   esac
 done
 [ ${#servers[@]} -gt 0 ] || { echo "compare.sh: no server selected" >&2; exit 2; }
+[[ "$cluster" =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: --cluster takes a member count (1, 3, ...); got $cluster" >&2; exit 2; }
 
 if [ $quick = 1 ]; then
   n_put1=1000 n_put100=10000 n_txn=5000 n_range=10000 n_watch_puts=200 n_keys=10000
@@ -57,6 +74,9 @@ fi
 port=${PORT:-27379}
 peer_port=$((port + 1))
 endpoint="127.0.0.1:$port"
+member_endpoints=()   # client endpoint of each member
+for ((m = 0; m < cluster; m++)); do member_endpoints+=("127.0.0.1:$((port + 2 * m))"); done
+all_endpoints=$(IFS=,; echo "${member_endpoints[*]}")
 bench_timeout=1800   # seconds; bounds any one oxbench run so a hung server cannot hang the script
 
 # --- binaries -----------------------------------------------------------------
@@ -78,20 +98,32 @@ for s in "${servers[@]}"; do
             [ -x "$ETCD34" ] || { echo "compare.sh: no etcd 3.4.23 at $ETCD34 (apt-get install etcd-server)" >&2; exit 1; } ;;
   esac
 done
+etcdctl=""
+if [ "$cluster" -gt 1 ]; then   # only to find the leader (Maintenance.Status)
+  etcdctl=${ETCDCTL:-$(dirname "$("$root/../shared/tools/ref-etcd" --bin 3.5 2>/dev/null || echo /nonexistent/x)")/etcdctl}
+  [ -x "$etcdctl" ] || etcdctl=$(command -v etcdctl || true)
+  [ -n "$etcdctl" ] || echo "compare.sh: no etcdctl found (ETCDCTL=...): leader-only rows skipped" >&2
+fi
 clk_tck=$(getconf CLK_TCK)
 
 # --- bookkeeping ----------------------------------------------------------------
 work=$(mktemp -d /tmp/oxcompare.XXXXXX)
 results=$work/results
 : >"$results"
-server_pid=""
+server_pid=""      # the (first) member: RSS in phase B
+server_pids=()     # every member started and not yet stopped
+any_alive() {
+  local p
+  for p in "${server_pids[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done
+  return 1
+}
 cleanup() {
-  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$server_pid" 2>/dev/null || true
+  if [ ${#server_pids[@]} -gt 0 ]; then
+    kill -TERM "${server_pids[@]}" 2>/dev/null || true
+    for _ in $(seq 50); do any_alive || break; sleep 0.1; done
+    kill -KILL "${server_pids[@]}" 2>/dev/null || true
   fi
-  rm -rf "$work"/*/data
+  rm -rf "$work"/*/data "$work"/*/data-*
   if [ $keep_logs = 1 ]; then echo "logs and raw results kept in $work" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
@@ -112,22 +144,81 @@ start_server() {
     --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
     --initial-cluster "bench=http://127.0.0.1:$peer_port" >>"$3" 2>&1 &
   server_pid=$!
+  server_pids=("$server_pid")
+}
+
+# start_cluster NAME DIR: members m1..mN, data DIR/data-mI, log DIR/mI.log;
+# same flags for every server kind.
+start_cluster() {
+  local bin; bin=$(server_bin "$1")
+  local m ep initial=""
+  for ((m = 0; m < cluster; m++)); do
+    ep=${member_endpoints[$m]}
+    if "$oxbench" --endpoints "$ep" --dial-timeout 200ms health --timeout 300ms >/dev/null 2>&1; then
+      echo "compare.sh: something already answers on $ep" >&2; exit 1
+    fi
+    initial+="${initial:+,}m$((m + 1))=http://127.0.0.1:$((port + 2 * m + 1))"
+  done
+  server_pids=()
+  for ((m = 0; m < cluster; m++)); do
+    ep=${member_endpoints[$m]}
+    local peer="127.0.0.1:$((port + 2 * m + 1))"
+    "$bin" --name "m$((m + 1))" --data-dir "$2/data-m$((m + 1))" \
+      --listen-client-urls "http://$ep" --advertise-client-urls "http://$ep" \
+      --listen-peer-urls "http://$peer" --initial-advertise-peer-urls "http://$peer" \
+      --initial-cluster "$initial" --initial-cluster-state new >>"$2/m$((m + 1)).log" 2>&1 &
+    server_pids+=($!)
+  done
+  server_pid=${server_pids[0]}
+}
+
+wait_cluster_healthy() {  # every member: Status has a leader and a linearizable read succeeds
+  local ep
+  for ep in "${member_endpoints[@]}"; do
+    "$oxbench" --endpoints "$ep" --json health --timeout "${1:-120}s" >/dev/null
+  done
+}
+
+# leader_endpoint: the client endpoint of the member that is leader (empty if
+# unknown: no etcdctl, members disagree, no leader).
+leader_endpoint() {
+  [ -n "$etcdctl" ] || return 0
+  "$etcdctl" --endpoints "$all_endpoints" --dial-timeout 2s --command-timeout 5s endpoint status -w json 2>/dev/null |
+    python3 -c '
+import json, sys
+try:
+    st = json.load(sys.stdin)
+except ValueError:
+    sys.exit(0)
+leaders = {s["Status"]["leader"] for s in st}
+if len(leaders) != 1:
+    sys.exit(0)
+(leader,) = leaders
+for s in st:
+    if s["Status"]["header"]["member_id"] == leader:
+        print(s["Endpoint"])
+' || true
 }
 
 wait_healthy() {  # prints the seconds it took
   "$oxbench" --endpoints "$endpoint" --json health --timeout "${1:-120}s" | json_field secs
 }
 
-stop_server() {
-  [ -n "$server_pid" ] || return 0
-  kill -TERM "$server_pid" 2>/dev/null || true
-  for _ in $(seq 300); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$server_pid" 2>/dev/null || true
-  wait "$server_pid" 2>/dev/null || true
+stop_server() {  # every member
+  [ ${#server_pids[@]} -gt 0 ] || return 0
+  kill -TERM "${server_pids[@]}" 2>/dev/null || true
+  for _ in $(seq 300); do any_alive || break; sleep 0.1; done
+  kill -KILL "${server_pids[@]}" 2>/dev/null || true
+  wait "${server_pids[@]}" 2>/dev/null || true
   server_pid=""
+  server_pids=()
 }
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$server_pid/stat"; }
+cpu_ticks() {  # user + system ticks, summed over every member
+  local p t=0
+  for p in "${server_pids[@]}"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done
+  echo "$t"
+}
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$server_pid/status"; }
 
 json_field() {  # json_field KEY < one JSON object
@@ -137,10 +228,12 @@ json_field() {  # json_field KEY < one JSON object
 record() { echo "$1 $2 $3" >>"$results"; }  # SERVER METRIC VALUE
 
 # bench SERVER NAME OXBENCH-ARGS...: run one workload, record req/s and p99 (ms).
+# Against $bench_endpoints (a comma-separated list; default the single member).
+bench_endpoints=""
 bench() {
   local server=$1 name=$2; shift 2
   local out; out=$work/$server-$name.json
-  if ! timeout $bench_timeout "$oxbench" --endpoints "$endpoint" --json "$@" >"$out" 2>>"$work/$server-oxbench.err"; then
+  if ! timeout $bench_timeout "$oxbench" --endpoints "${bench_endpoints:-$endpoint}" --json "$@" >"$out" 2>>"$work/$server-oxbench.err"; then
     echo "  $name: oxbench failed (see $work/$server-oxbench.err)" >&2
     record "$server" "$name.rps" n/a; record "$server" "$name.p99" n/a
     return 0
@@ -196,6 +289,65 @@ phase_a() {
   rm -rf "$dir/data"
 }
 
+# Phase C (--cluster N): issue 4's workloads on a fresh N-member cluster,
+# against all members and against the leader only.
+phase_c() {
+  local s=$1 dir=$work/$1-c
+  mkdir -p "$dir"
+  start_cluster "$s" "$dir"
+  wait_cluster_healthy
+  local leader; leader=$(leader_endpoint)
+  local ordered=$all_endpoints
+  if [ -n "$leader" ]; then   # followers first, leader last
+    ordered=$(for ep in "${member_endpoints[@]}"; do [ "$ep" = "$leader" ] || echo "$ep"; done; echo "$leader")
+    ordered=$(echo "$ordered" | paste -sd,)
+    echo "  leader: $leader; --endpoints $ordered" >&2
+  else
+    echo "  leader unknown: leader-only workloads skipped" >&2
+  fi
+  local kv=(--key-size 8 --val-size 256)
+  echo "  put, 1 client, all members" >&2
+  bench_endpoints=$ordered
+  bench "$s" put1 --clients 1 --conns 1 put "${kv[@]}" --total $n_put1 --sequential-keys --key-space-size 100000
+  if [ -n "$leader" ]; then
+    echo "  put, 1 client, leader" >&2
+    bench_endpoints=$leader
+    bench "$s" put1_leader --clients 1 --conns 1 put "${kv[@]}" --total $n_put1 --sequential-keys --key-space-size 100000
+  fi
+  echo "  put, 100 clients x 10 conns, all members" >&2
+  bench_endpoints=$ordered
+  local cpu0; cpu0=$(cpu_ticks)
+  bench "$s" put100 --clients 100 --conns 10 put "${kv[@]}" --total $n_put100 --sequential-keys --key-space-size 100000
+  local cpu1; cpu1=$(cpu_ticks)
+  local done_puts; done_puts=$(awk -v s="$s" '$1 == s && $2 == "put100.requests" {v = $3} END {print v + 0}' "$results")
+  if [ "$done_puts" -gt 0 ]; then
+    record "$s" cpu_per_10k "$(awk -v a="$cpu0" -v b="$cpu1" -v t="$clk_tck" -v n="$done_puts" 'BEGIN {printf "%.3f", (b - a) / t / n * 10000}')"
+  else
+    record "$s" cpu_per_10k n/a
+  fi
+  if [ -n "$leader" ]; then
+    echo "  put, 100 clients x 10 conns, leader" >&2
+    bench_endpoints=$leader
+    bench "$s" put100_leader --clients 100 --conns 10 put "${kv[@]}" --total $n_put100 --sequential-keys --key-space-size 100000
+  fi
+  # The range key: as in phase A, the only key in [0x02, 0x03).
+  echo "  range, linearizable, 100 clients, all members" >&2
+  bench_endpoints=$ordered
+  bench "$s" range_l --clients 100 --conns 10 range $'\x02' $'\x03' --consistency l --total $n_range
+  if [ -n "$leader" ]; then
+    echo "  range, linearizable, 100 clients, leader" >&2
+    bench_endpoints=$leader
+    bench "$s" range_l_leader --clients 100 --conns 10 range $'\x02' $'\x03' --consistency l --total $n_range
+  fi
+  bench_endpoints=""
+  local leader_after; leader_after=$(leader_endpoint)
+  if [ "$leader_after" != "$leader" ]; then
+    echo "  WARNING: the leader changed during the run (${leader:-?} -> ${leader_after:-?}): see $dir/m*.log" >&2
+  fi
+  stop_server
+  rm -rf "$dir"/data-*
+}
+
 # Phase B: N keys of 256 B, memory, disk, restart.
 phase_b() {
   local s=$1 dir=$work/$1-b
@@ -228,15 +380,19 @@ for ((round = 0; round < rounds; round++)); do
   for ((i = 0; i < n; i++)); do
     s=${servers[$(((i + round) % n))]}
     echo "round $((round + 1))/$rounds: $s ($(server_bin "$s"))" >&2
-    phase_a "$s"
-    phase_b "$s"
+    if [ "$cluster" -gt 1 ]; then
+      phase_c "$s"
+    else
+      phase_a "$s"
+      phase_b "$s"
+    fi
   done
 done
 
 # --- the table ------------------------------------------------------------------
-python3 - "$results" "$quick" "$n_keys" <<'EOF'
+python3 - "$results" "$quick" "$n_keys" "$cluster" <<'EOF'
 import statistics, sys
-path, quick, n_keys = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3])
+path, quick, n_keys, cluster = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), int(sys.argv[4])
 values = {}
 for line in open(path):
     server, metric, value = line.split()
@@ -272,6 +428,22 @@ rows = [
     (f"restart to healthy, {keys} keys", "restart_s", "s", "<=0.5"),
     (f"RSS after restart, {keys} keys", "rss_restart_mb", "MB", ""),
 ]
+if cluster > 1:
+    rows = [
+        ("put, 1 client, all members", "put1.rps", "req/s", ">=1.5"),
+        ("put, 1 client, all members, p99", "put1.p99", "ms", "<=1"),
+        ("put, 1 client, leader", "put1_leader.rps", "req/s", ">=1.5"),
+        ("put, 1 client, leader, p99", "put1_leader.p99", "ms", "<=1"),
+        ("put, 100 clients x 10 conns, all members", "put100.rps", "req/s", ">=1.5"),
+        ("put, 100 clients x 10 conns, all members, p99", "put100.p99", "ms", "<=1"),
+        ("put, 100 clients x 10 conns, leader", "put100_leader.rps", "req/s", ">=1.5"),
+        ("put, 100 clients x 10 conns, leader, p99", "put100_leader.p99", "ms", "<=1"),
+        ("range linearizable, 100 clients, all members", "range_l.rps", "req/s", ">=1.5"),
+        ("range linearizable, all members, p99", "range_l.p99", "ms", "<=1"),
+        ("range linearizable, 100 clients, leader", "range_l_leader.rps", "req/s", ">=1.5"),
+        ("range linearizable, leader, p99", "range_l_leader.p99", "ms", "<=1"),
+        (f"CPU per 10k puts, {cluster} members summed (100 clients)", "cpu_per_10k", "s", "<=0.6"),
+    ]
 servers = [("oxcd", "oxcd"), ("etcd35", "etcd 3.5.1"), ("etcd34", "etcd 3.4.23")]
 present = [(k, label) for k, label in servers if any(s == k for s, _ in values)]
 
@@ -300,7 +472,11 @@ print("  ".join("-" * w for w in widths))
 for r in table[1:]:
     print(line(r))
 rounds = max((len(v) for v in values.values()), default=0)
-print(f"\nmedian of {rounds} round(s){' (--quick)' if quick else ''}; "
+what = f"{cluster}-member clusters on loopback" if cluster > 1 else "single member"
+print(f"\n{what}; median of {rounds} round(s){' (--quick)' if quick else ''}; "
       "'!' = some requests failed (see stderr), n/a = none succeeded; "
       "target = the ratio issue 3 asks of oxcd/etcd-3.5.1")
+if cluster > 1:
+    print("all members = --endpoints follower(s) first, leader last (conns round-robin, "
+          "so the 1-client put goes through a follower); leader = --endpoints leader only")
 EOF

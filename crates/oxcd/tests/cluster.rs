@@ -87,6 +87,12 @@ async fn three_members_replicate_writes_made_on_any_member() {
     let mut c = client(&[cluster.endpoint(0)]).await;
     let members = c.member_list().await.unwrap();
     assert_eq!(members.members().len(), 3);
+    // Every member published its name and client URLs through raft.
+    let mut published: Vec<(String, Vec<String>)> =
+        members.members().iter().map(|m| (m.name().to_string(), m.client_urls().to_vec())).collect();
+    published.sort();
+    let expected: Vec<(String, Vec<String>)> = (0..3).map(|i| (format!("m{}", i + 1), vec![cluster.endpoint(i)])).collect();
+    assert_eq!(published, expected);
     hashes_converge(&cluster).await;
 }
 

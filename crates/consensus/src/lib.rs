@@ -107,12 +107,21 @@ pub struct RaftConfig {
 #[derive(Clone, Debug, Default)]
 pub struct StartOptions {
     pub wal: wal::WalOptions,
+    /// Entries kept in memory below a snapshot for slow followers (etcd's
+    /// --experimental-snapshot-catchup-entries); 0 means the default,
+    /// [`SNAPSHOT_CATCH_UP_ENTRIES`]. A follower further behind gets the
+    /// backend as a snapshot.
+    pub snapshot_catch_up_entries: u64,
 }
 
 /// Committed entries (normal and conf change, including raft's empty entries
 /// at each new term), in index order.
 #[derive(Clone, Debug)]
 pub struct CommittedBatch {
+    /// A snapshot received from the leader, to install before `entries`:
+    /// its metadata is durable in the WAL and snap dir; its `data` names the
+    /// backend file the transport received for it.
+    pub snapshot: Option<eraftpb::Snapshot>,
     pub entries: Vec<eraftpb::Entry>,
 }
 
@@ -180,6 +189,7 @@ pub(crate) enum Input {
         reply: oneshot::Sender<Result<u64, ConsensusError>>,
     },
     Step(eraftpb::Message),
+    ReportSnapshot { to: u64, finished: bool },
 }
 
 /// State shared between handles and the raft thread without a channel.
@@ -312,6 +322,14 @@ impl RaftHandle {
             .send(input)
             .await
             .map_err(|_| ConsensusError::Stopped)
+    }
+
+    /// The transport finished (or failed) sending a snapshot to `to`: the
+    /// leader resumes replicating to it (or retries the snapshot).
+    pub fn report_snapshot(&self, to: u64, finished: bool) {
+        if self.inner.input.try_send(Input::ReportSnapshot { to, finished }).is_err() {
+            tracing::warn!(to = %format!("{to:x}"), "raft: snapshot report dropped (input queue full)");
+        }
     }
 
     /// The apply side has applied everything up to `index`. The raft thread

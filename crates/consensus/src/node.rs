@@ -56,6 +56,8 @@ pub(crate) struct Node {
     last_leader: u64,
     leader_changes: u64,
     snapshot_index: u64,
+    /// Entries kept in memory below a snapshot for slow followers.
+    catch_up_entries: u64,
     /// (index, conf state in force from that index), oldest first; the first
     /// element is at or below the last snapshot.
     conf_history: Vec<(u64, ConfState)>,
@@ -252,6 +254,11 @@ impl Node {
             last_leader: INVALID_ID,
             leader_changes: 0,
             snapshot_index: snap_index,
+            catch_up_entries: if options.snapshot_catch_up_entries == 0 {
+                SNAPSHOT_CATCH_UP_ENTRIES
+            } else {
+                options.snapshot_catch_up_entries
+            },
             conf_history,
         };
         let mut node = node;
@@ -364,6 +371,10 @@ impl Node {
                 let _ = reply.send(result);
             }
             Input::ReadIndex { reply } => self.pending_reads.push(reply),
+            Input::ReportSnapshot { to, finished } => {
+                let status = if finished { raft::SnapshotStatus::Finish } else { raft::SnapshotStatus::Failure };
+                self.raw.report_snapshot(to, status);
+            }
             Input::Step(msg) => {
                 if let Err(e) = self.raw.step(msg) {
                     tracing::debug!(error = %e, "raft: dropped a peer message");
@@ -474,7 +485,9 @@ impl Node {
                 self.transport.send(rd.take_messages());
             }
             if !rd.snapshot().is_empty() {
-                self.persist_received_snapshot(rd.snapshot().clone())?;
+                let snapshot = rd.snapshot().clone();
+                self.persist_received_snapshot(snapshot.clone())?;
+                self.send_to_apply(CommittedBatch { snapshot: Some(snapshot), entries: Vec::new() })?;
             }
             let committed = rd.take_committed_entries();
             self.wal.append(rd.entries(), rd.hs());
@@ -548,7 +561,10 @@ impl Node {
                 self.conf_history.push((e.index, cs));
             }
         }
-        let batch = CommittedBatch { entries };
+        self.send_to_apply(CommittedBatch { snapshot: None, entries })
+    }
+
+    fn send_to_apply(&mut self, batch: CommittedBatch) -> Result<(), ConsensusError> {
         let tx = &self.committed;
         let shared = &self.shared;
         self.runtime
@@ -591,7 +607,7 @@ impl Node {
         self.shared
             .wal_syncs
             .store(self.wal.sync_count(), Ordering::Release);
-        let compact_to = index.saturating_sub(SNAPSHOT_CATCH_UP_ENTRIES);
+        let compact_to = index.saturating_sub(self.catch_up_entries);
         if compact_to > self.raw.store().first_index()? {
             self.raw.mut_store().wl().compact(compact_to)?;
         }
@@ -647,7 +663,7 @@ impl Node {
                 Input::ReadIndex { reply } => {
                     let _ = reply.send(Err(ConsensusError::Stopped));
                 }
-                Input::Step(_) => {}
+                Input::Step(_) | Input::ReportSnapshot { .. } => {}
             }
         }
         let rounds = std::mem::take(&mut self.read_rounds);

@@ -7,16 +7,20 @@
 //! slow peer costs memory bounded by `PEER_QUEUE_CAPACITY`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use api::oxcdpeerpb::peer_client::PeerClient;
 use api::oxcdpeerpb::peer_server::{Peer, PeerServer};
-use api::oxcdpeerpb::{RaftBatch, StreamAck};
+use api::oxcdpeerpb::{RaftBatch, SnapshotChunk, StreamAck};
 use parking_lot::RwLock;
 use protobuf::Message as _;
-use raft::eraftpb;
+use raft::eraftpb::{self, MessageType};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -36,15 +40,32 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// bounded by max_size_per_msg; snapshots travel out of band).
 pub const MAX_PEER_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
+/// Bytes of backend per snapshot chunk.
+pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
+
+/// Makes backend snapshots for followers that need one.
+pub trait SnapshotSource: Send + Sync {
+    /// A file holding a consistent copy of the backend whose consistent
+    /// index is at least `index` (so that the follower, once it installs
+    /// it, misses no entry at or below the raft snapshot). The transport
+    /// deletes the file after sending it.
+    fn backend_snapshot(&self, index: u64) -> Pin<Box<dyn Future<Output = Result<PathBuf, String>> + Send>>;
+}
+
 struct PeerQueue {
     tx: mpsc::Sender<Vec<u8>>,
+    url: String,
+    snapshot_in_flight: Arc<AtomicBool>,
 }
 
 /// Sends raft messages to peers. Cheap to share; one task per peer.
 pub struct PeerTransport {
     id: u64,
+    cluster_id: u64,
     peers: RwLock<HashMap<u64, PeerQueue>>,
     dropped: AtomicU64,
+    runtime: tokio::runtime::Handle,
+    snapshots: OnceLock<(RaftHandle, Arc<dyn SnapshotSource>)>,
 }
 
 impl PeerTransport {
@@ -55,21 +76,128 @@ impl PeerTransport {
         peers: &[(u64, String)],
         runtime: &tokio::runtime::Handle,
     ) -> Arc<PeerTransport> {
-        let transport = Arc::new(PeerTransport { id, peers: RwLock::new(HashMap::new()), dropped: AtomicU64::new(0) });
+        let transport = Arc::new(PeerTransport {
+            id,
+            cluster_id,
+            peers: RwLock::new(HashMap::new()),
+            dropped: AtomicU64::new(0),
+            runtime: runtime.clone(),
+            snapshots: OnceLock::new(),
+        });
         for (peer, url) in peers {
             if *peer == id {
                 continue;
             }
             let (tx, rx) = mpsc::channel(PEER_QUEUE_CAPACITY);
-            transport.peers.write().insert(*peer, PeerQueue { tx });
+            let queue = PeerQueue { tx, url: url.clone(), snapshot_in_flight: Arc::new(AtomicBool::new(false)) };
+            transport.peers.write().insert(*peer, queue);
             runtime.spawn(run_peer(id, *peer, url.clone(), cluster_id, rx));
         }
         transport
     }
 
+    /// Enables sending snapshots: done once raft has started (the transport
+    /// exists before the raft handle does).
+    pub fn attach_snapshots(&self, raft: RaftHandle, source: Arc<dyn SnapshotSource>) {
+        let _ = self.snapshots.set((raft, source));
+    }
+
     /// Messages dropped because a peer's queue was full.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+impl PeerTransport {
+    /// One snapshot per peer at a time; raft asks again if this one fails.
+    fn start_snapshot(&self, peer: &PeerQueue, msg: eraftpb::Message) {
+        let Some((raft, source)) = self.snapshots.get() else {
+            tracing::warn!(to = %format!("{:x}", msg.to), "raft: snapshot needed but snapshots are not enabled");
+            return;
+        };
+        if peer.snapshot_in_flight.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let job = SnapshotJob {
+            cluster_id: self.cluster_id,
+            url: peer.url.clone(),
+            raft: raft.clone(),
+            source: source.clone(),
+            in_flight: peer.snapshot_in_flight.clone(),
+        };
+        self.runtime.spawn(job.run(msg));
+    }
+}
+
+struct SnapshotJob {
+    cluster_id: u64,
+    url: String,
+    raft: RaftHandle,
+    source: Arc<dyn SnapshotSource>,
+    in_flight: Arc<AtomicBool>,
+}
+
+impl SnapshotJob {
+    async fn run(self, msg: eraftpb::Message) {
+        let to = msg.to;
+        let index = msg.get_snapshot().get_metadata().index;
+        tracing::info!(to = %format!("{to:x}"), index, "sending database snapshot to a member");
+        let result = self.send(msg).await;
+        match &result {
+            Ok(bytes) => tracing::info!(to = %format!("{to:x}"), index, bytes, "sent database snapshot"),
+            Err(e) => tracing::warn!(to = %format!("{to:x}"), index, error = %e, "failed to send database snapshot"),
+        }
+        self.raft.report_snapshot(to, result.is_ok());
+        self.in_flight.store(false, Ordering::Release);
+    }
+
+    async fn send(&self, msg: eraftpb::Message) -> Result<u64, String> {
+        let index = msg.get_snapshot().get_metadata().index;
+        let path = self.source.backend_snapshot(index).await?;
+        let sent = self.stream_file(&msg, &path).await;
+        let _ = tokio::fs::remove_file(&path).await;
+        sent
+    }
+
+    async fn stream_file(&self, msg: &eraftpb::Message, path: &std::path::Path) -> Result<u64, String> {
+        let mut file = tokio::fs::File::open(path).await.map_err(|e| format!("open {}: {e}", path.display()))?;
+        let endpoint = tonic::transport::Endpoint::from_shared(self.url.clone()).map_err(|e| e.to_string())?;
+        let channel = endpoint.connect_timeout(CONNECT_TIMEOUT).connect().await.map_err(|e| e.to_string())?;
+        let mut client = PeerClient::new(channel).max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
+        let (chunks, wire) = mpsc::channel::<SnapshotChunk>(4);
+        let call = tokio::spawn(async move { client.snapshot(ReceiverStream::new(wire)).await });
+        let header = SnapshotChunk {
+            cluster_id: self.cluster_id,
+            from: msg.from,
+            to: msg.to,
+            message: msg.write_to_bytes().map_err(|e| e.to_string())?.into(),
+            data: Default::default(),
+            last: false,
+        };
+        let mut sent = 0u64;
+        let mut pending = Some(header);
+        let mut buf = vec![0u8; SNAPSHOT_CHUNK_BYTES];
+        loop {
+            if let Some(chunk) = pending.take() {
+                if chunks.send(chunk).await.is_err() {
+                    break;
+                }
+            }
+            let n = file.read(&mut buf).await.map_err(|e| e.to_string())?;
+            sent += n as u64;
+            let chunk = SnapshotChunk { data: buf[..n].to_vec().into(), last: n == 0, ..Default::default() };
+            if n == 0 {
+                let _ = chunks.send(chunk).await;
+                break;
+            }
+            pending = Some(chunk);
+        }
+        drop(chunks);
+        match call.await {
+            Ok(Ok(_)) => Ok(sent),
+            Ok(Err(status)) => Err(status.message().to_string()),
+            Err(e) => Err(e.to_string()),
+        }
     }
 }
 
@@ -81,6 +209,10 @@ impl Transport for PeerTransport {
                 tracing::debug!(from = self.id, to = msg.to, "raft: message to an unknown peer dropped");
                 continue;
             };
+            if msg.get_msg_type() == MessageType::MsgSnapshot {
+                self.start_snapshot(peer, msg);
+                continue;
+            }
             let bytes = match msg.write_to_bytes() {
                 Ok(b) => b,
                 Err(e) => {
@@ -156,11 +288,13 @@ pub struct PeerService {
     cluster_id: u64,
     id: u64,
     raft: RaftHandle,
+    /// `<member_dir>/snap`, where received backend snapshots land.
+    snap_dir: PathBuf,
 }
 
 impl PeerService {
-    pub fn server(id: u64, cluster_id: u64, raft: RaftHandle) -> PeerServer<PeerService> {
-        PeerServer::new(PeerService { cluster_id, id, raft })
+    pub fn server(id: u64, cluster_id: u64, raft: RaftHandle, snap_dir: PathBuf) -> PeerServer<PeerService> {
+        PeerServer::new(PeerService { cluster_id, id, raft, snap_dir })
             .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
     }
 }
@@ -188,6 +322,40 @@ impl Peer for PeerService {
                 self.raft.step(msg).await.map_err(|e| Status::unavailable(e.to_string()))?;
             }
         }
+        Ok(Response::new(StreamAck {}))
+    }
+
+    async fn snapshot(&self, request: Request<Streaming<SnapshotChunk>>) -> Result<Response<StreamAck>, Status> {
+        let mut stream = request.into_inner();
+        let first = stream.message().await?.ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
+        if first.cluster_id != self.cluster_id || first.to != self.id {
+            return Err(Status::failed_precondition("snapshot for another cluster or member"));
+        }
+        let mut msg = eraftpb::Message::parse_from_bytes(&first.message)
+            .map_err(|e| Status::invalid_argument(format!("bad raft message: {e}")))?;
+        if msg.get_msg_type() != MessageType::MsgSnapshot {
+            return Err(Status::invalid_argument("the first chunk must carry a MsgSnapshot"));
+        }
+        let index = msg.get_snapshot().get_metadata().index;
+        // etcd's name for a received backend: <index>.snap.db in the snap dir.
+        let path = self.snap_dir.join(format!("{index:016x}.snap.db"));
+        let partial = self.snap_dir.join(format!("{index:016x}.snap.db.part"));
+        let io = |e: std::io::Error| Status::internal(format!("writing the received snapshot: {e}"));
+        let mut file = tokio::fs::File::create(&partial).await.map_err(io)?;
+        let mut received = 0u64;
+        let mut last = first.last;
+        while !last {
+            let chunk = stream.message().await?.ok_or_else(|| Status::aborted("snapshot stream ended early"))?;
+            file.write_all(&chunk.data).await.map_err(io)?;
+            received += chunk.data.len() as u64;
+            last = chunk.last;
+        }
+        file.sync_all().await.map_err(io)?;
+        drop(file);
+        tokio::fs::rename(&partial, &path).await.map_err(io)?;
+        tracing::info!(from = %format!("{:x}", first.from), index, bytes = received, "received database snapshot");
+        msg.mut_snapshot().set_data(path.to_string_lossy().as_bytes().to_vec().into());
+        self.raft.step(msg).await.map_err(|e| Status::unavailable(e.to_string()))?;
         Ok(Response::new(StreamAck {}))
     }
 }

@@ -32,6 +32,7 @@ fn small_segments() -> StartOptions {
         wal: WalOptions {
             segment_bytes: 2 * 1024,
         },
+        ..Default::default()
     }
 }
 

@@ -91,13 +91,20 @@ mod backend;
 pub mod key_index;
 mod range;
 pub mod revision;
+mod snapshot;
 mod store;
 mod txn;
+pub mod watch;
+mod watch_group;
+mod watch_sync;
 
 pub use backend::{scan_key_value, KeyValueFields};
 pub use revision::{Revision, RevisionKey};
 pub use store::{LeaseLookup, Store};
 pub use txn::{is_txn_read_only, TxnWrite, WriteResult};
+pub use watch::{
+    WatchError, WatchId, WatchOptions, WatchResponse, WatchStream, AUTO_WATCH_ID, INVALID_WATCH_ID,
+};
 
 /// Errors of the store; Display strings are etcd's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -120,3 +127,5 @@ pub enum MvccError {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod watch_tests;

@@ -19,10 +19,10 @@ use crate::txn::TxnWrite;
 use crate::MvccError;
 
 /// etcd starts a fresh store at revision 1, so the first write is revision 2.
-const INITIAL_REVISION: i64 = 1;
+pub(crate) const INITIAL_REVISION: i64 = 1;
 /// Compaction revision before any compaction: every revision is readable and
 /// `compact(0)` is accepted, as etcd's initial compactMainRev of -1.
-const NO_COMPACTION: i64 = -1;
+pub(crate) const NO_COMPACTION: i64 = -1;
 
 /// Index and revision window, changed together under one lock so that a reader
 /// never walks an index compacted past the revision it validated.
@@ -51,18 +51,20 @@ pub(crate) struct Pending {
 /// writes (`write`, `compact`, `commit`, `set_consistent_index`) from one
 /// thread, serialized by an internal writer lock.
 pub struct Store {
-    db: Database,
+    pub(crate) db: Database,
     path: PathBuf,
     pub(crate) state: RwLock<IndexState>,
     pub(crate) pending: RwLock<Pending>,
     pub(crate) writer: Mutex<()>,
-    consistent_index: AtomicU64,
-    durable_consistent_index: AtomicU64,
+    pub(crate) consistent_index: AtomicU64,
+    pub(crate) durable_consistent_index: AtomicU64,
     size_in_use: AtomicI64,
     pub(crate) events_prev_kv: AtomicBool,
     /// Whether a lease exists, asked before a put that names one (the lessor
     /// lives above mvcc). None: every lease is taken as existing.
     pub(crate) lease_lookup: RwLock<Option<LeaseLookup>>,
+    /// Watchers, notified by `TxnWrite::end` (see [`crate::watch`]).
+    pub(crate) watch: crate::watch::WatchHub,
 }
 
 /// The lessor's answer to "does lease N exist?".
@@ -93,6 +95,7 @@ impl Store {
             size_in_use: AtomicI64::new(size),
             lease_lookup: RwLock::new(None),
             events_prev_kv: AtomicBool::new(true),
+            watch: crate::watch::WatchHub::default(),
         })
     }
 

@@ -1009,11 +1009,17 @@ fn member_records_persist_with_the_consistent_index() {
         store.put_member(9, Some(b"nine".to_vec()), 4);
         assert_eq!(store.members().unwrap().len(), 2);
         store.put_member(9, None, 5);
-        assert_eq!(store.members().unwrap().keys().copied().collect::<Vec<_>>(), vec![7]);
+        assert_eq!(
+            store.members().unwrap().keys().copied().collect::<Vec<_>>(),
+            vec![7]
+        );
         store.commit(true).unwrap();
     }
     let store = Store::open(&path).unwrap();
     assert_eq!(store.consistent_index(), 5);
-    assert_eq!(store.members().unwrap().get(&7).map(Vec::as_slice), Some(&b"seven"[..]));
+    assert_eq!(
+        store.members().unwrap().get(&7).map(Vec::as_slice),
+        Some(&b"seven"[..])
+    );
     assert!(!store.members().unwrap().contains_key(&9));
 }

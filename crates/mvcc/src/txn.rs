@@ -445,8 +445,13 @@ impl<'s> TxnWrite<'s> {
         self.ended = true;
         let changes = std::mem::take(&mut self.changes);
         let store = self.store;
+        let mut events = Vec::new();
         if !changes.is_empty() {
             let write_revision = self.write_revision();
+            // Publishing the revision and notifying its watchers is one step
+            // under the watch lock: a watcher created concurrently sees the
+            // revision either before (and gets its events) or after it.
+            let mut watchers = store.watch.lock();
             {
                 let mut pending = store.pending.write();
                 for (sub, change) in changes.iter().enumerate() {
@@ -456,17 +461,28 @@ impl<'s> TxnWrite<'s> {
                     );
                 }
             }
-            let mut state = store.state.write();
-            assert_eq!(
-                state.current_revision, self.begin_revision,
-                "revisions only grow, one write transaction at a time"
-            );
-            state.current_revision = write_revision;
+            {
+                let mut state = store.state.write();
+                assert_eq!(
+                    state.current_revision, self.begin_revision,
+                    "revisions only grow, one write transaction at a time"
+                );
+                state.current_revision = write_revision;
+            }
+            events = changes.into_iter().map(|c| c.event).collect();
+            let prev_kv_filled = store
+                .events_prev_kv
+                .load(std::sync::atomic::Ordering::Relaxed);
+            let moved_aside = watchers.notify(write_revision, &events, prev_kv_filled);
+            drop(watchers);
+            if moved_aside {
+                store.watch.signal.wake();
+            }
         }
         store.record_consistent_index(self.consistent_index);
         WriteResult {
             revision: store.current_revision(),
-            events: changes.into_iter().map(|c| c.event).collect(),
+            events,
         }
     }
 }

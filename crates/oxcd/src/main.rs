@@ -81,9 +81,24 @@ struct Flags {
     /// Raise alarms when backend size exceeds the given quota (0 defaults to low space quota).
     #[arg(long, env = "ETCD_QUOTA_BACKEND_BYTES", default_value_t = 0)]
     quota_backend_bytes: i64,
+    /// Number of entries for a slow follower to catch up after compacting the raft storage entries.
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_SNAPSHOT_CATCHUP_ENTRIES",
+        default_value_t = 5000
+    )]
+    experimental_snapshot_catchup_entries: u64,
     /// Maximum concurrent streams that each client can open at a time (default unlimited).
     #[arg(long, env = "ETCD_MAX_CONCURRENT_STREAMS", default_value_t = u32::MAX)]
     max_concurrent_streams: u32,
+    /// Duration of periodic watch progress notifications (Go duration, e.g. "10m0s", "500ms").
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL",
+        default_value = "10m0s",
+        value_parser = parse_go_duration
+    )]
+    experimental_watch_progress_notify_interval: Duration,
     /// Configures log level. Only supports debug, info, warn, error, panic, or fatal.
     #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
     log_level: String,
@@ -111,6 +126,41 @@ fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// Parses a Go `time.Duration` string ("1m30s", "100ms", "1.5h", "0").
+fn parse_go_duration(text: &str) -> Result<Duration, String> {
+    let invalid = || format!("time: invalid duration {text:?}");
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut rest = text;
+    let mut total = 0f64;
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(invalid)?;
+        let number: f64 = rest[..number_len].parse().map_err(|_| invalid())?;
+        rest = &rest[number_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(invalid()),
+        };
+        total += number * seconds;
+        rest = &rest[unit_len..];
+    }
+    Ok(Duration::from_secs_f64(total))
 }
 
 fn split_urls(s: &str) -> Vec<String> {
@@ -173,11 +223,13 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
         } else {
             flags.quota_backend_bytes
         },
+        snapshot_catch_up_entries: flags.experimental_snapshot_catchup_entries.max(1),
         max_concurrent_streams: if flags.max_concurrent_streams == u32::MAX {
             None
         } else {
             Some(flags.max_concurrent_streams)
         },
+        watch_progress_notify_interval: flags.experimental_watch_progress_notify_interval,
     })
 }
 
@@ -295,6 +347,27 @@ mod tests {
         assert_eq!(cfg.max_concurrent_streams, None);
         let cfg = config_from(Flags::parse_from(["oxcd", "--name", "m1"])).unwrap();
         assert_eq!(cfg.data_dir, PathBuf::from("m1.oxcd"));
+    }
+
+    #[test]
+    fn watch_progress_notify_interval_takes_go_durations() {
+        let cfg = config_from(Flags::parse_from(["oxcd"])).unwrap();
+        assert_eq!(cfg.watch_progress_notify_interval, Duration::from_secs(600));
+        assert_eq!(parse_go_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_go_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration("0"), Ok(Duration::ZERO));
+        assert!(parse_go_duration("10").is_err());
+        assert!(parse_go_duration("5x").is_err());
+        let flags = Flags::parse_from([
+            "oxcd",
+            "--experimental-watch-progress-notify-interval",
+            "2s",
+        ]);
+        assert_eq!(
+            config_from(flags).unwrap().watch_progress_notify_interval,
+            Duration::from_secs(2)
+        );
     }
 
     #[test]

@@ -159,7 +159,10 @@ fn session_matches(reference: (&str, &str)) {
         let want = mask(&etcdctl(etcdctl_bin, etcd.host_port(), s));
         let got = mask(&etcdctl(etcdctl_bin, oxcd.host_port(), s));
         if want != got {
-            mismatches.push(format!("etcdctl {:?}\n--- etcd:\n{want}--- oxcd:\n{got}", s.args));
+            mismatches.push(format!(
+                "etcdctl {:?}\n--- etcd:\n{want}--- oxcd:\n{got}",
+                s.args
+            ));
         }
     }
     assert!(

@@ -8,7 +8,10 @@ use etcd_client::{Client, ConnectOptions, GetOptions};
 use testkit::netns::NetnsCluster;
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 fn message(e: etcd_client::Error) -> String {
@@ -24,7 +27,11 @@ async fn leader(endpoints: &[String]) -> usize {
     loop {
         let mut views = Vec::new();
         for (i, ep) in endpoints.iter().enumerate() {
-            let Ok(Ok(mut c)) = tokio::time::timeout(Duration::from_secs(1), Client::connect([ep], None)).await else { continue };
+            let Ok(Ok(mut c)) =
+                tokio::time::timeout(Duration::from_secs(1), Client::connect([ep], None)).await
+            else {
+                continue;
+            };
             if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_secs(1), c.status()).await {
                 views.push((i, s.header().unwrap().member_id(), s.leader()));
             }
@@ -47,7 +54,10 @@ fn isolated_leader_never_accepts_a_write_and_the_majority_goes_on() {
     let all = cluster.endpoints();
     let eps = all.clone();
     let old = cluster.in_client_ns(move || runtime().block_on(leader(&eps)));
-    let majority: Vec<String> = (0..3).filter(|i| *i != old).map(|i| cluster.endpoint(i)).collect();
+    let majority: Vec<String> = (0..3)
+        .filter(|i| *i != old)
+        .map(|i| cluster.endpoint(i))
+        .collect();
 
     cluster.isolate(old);
     let isolated_at = Instant::now();
@@ -59,9 +69,17 @@ fn isolated_leader_never_accepts_a_write_and_the_majority_goes_on() {
         runtime().block_on(async move {
             let mut c = Client::connect(eps.clone(), None).await.unwrap();
             loop {
-                match tokio::time::timeout(Duration::from_secs(2), c.put("majority/first", "v", None)).await {
+                match tokio::time::timeout(
+                    Duration::from_secs(2),
+                    c.put("majority/first", "v", None),
+                )
+                .await
+                {
                     Ok(Ok(_)) => break,
-                    _ => assert!(isolated_at.elapsed() < Duration::from_secs(15), "the majority stopped committing"),
+                    _ => assert!(
+                        isolated_at.elapsed() < Duration::from_secs(15),
+                        "the majority stopped committing"
+                    ),
                 }
             }
             let elected_after = isolated_at.elapsed();
@@ -75,8 +93,15 @@ fn isolated_leader_never_accepts_a_write_and_the_majority_goes_on() {
             (elected_after, latencies)
         })
     });
-    assert!(elected_after < Duration::from_secs(5), "new leader after {elected_after:?}");
-    assert!(latencies[25] < Duration::from_millis(200), "median commit latency {:?}", latencies[25]);
+    assert!(
+        elected_after < Duration::from_secs(5),
+        "new leader after {elected_after:?}"
+    );
+    assert!(
+        latencies[25] < Duration::from_millis(200),
+        "median commit latency {:?}",
+        latencies[25]
+    );
 
     // Writes sent to the isolated member never succeed: with require-leader
     // metadata "no leader" once it has stepped down (CheckQuorum), at once;
@@ -84,11 +109,19 @@ fn isolated_leader_never_accepts_a_write_and_the_majority_goes_on() {
     let iso = cluster.endpoint(old);
     let (rl_errors, plain_error, plain_took) = cluster.in_member_ns(old, move || {
         runtime().block_on(async move {
-            let mut rl = Client::connect([iso.clone()], Some(ConnectOptions::new().with_require_leader(true))).await.unwrap();
+            let mut rl = Client::connect(
+                [iso.clone()],
+                Some(ConnectOptions::new().with_require_leader(true)),
+            )
+            .await
+            .unwrap();
             let mut errors = Vec::new();
             let deadline = Instant::now() + Duration::from_secs(10);
             loop {
-                match rl.put(format!("isolated/rl/{}", errors.len()), "x", None).await {
+                match rl
+                    .put(format!("isolated/rl/{}", errors.len()), "x", None)
+                    .await
+                {
                     Ok(_) => panic!("the isolated member acknowledged a write"),
                     Err(e) => {
                         let m = message(e);
@@ -99,11 +132,18 @@ fn isolated_leader_never_accepts_a_write_and_the_majority_goes_on() {
                         }
                     }
                 }
-                assert!(Instant::now() < deadline, "never answered no leader: {errors:?}");
+                assert!(
+                    Instant::now() < deadline,
+                    "never answered no leader: {errors:?}"
+                );
             }
             let started = Instant::now();
             let e = rl.put("isolated/rl/last", "x", None).await.unwrap_err();
-            assert!(started.elapsed() < Duration::from_millis(500), "no leader took {:?}", started.elapsed());
+            assert!(
+                started.elapsed() < Duration::from_millis(500),
+                "no leader took {:?}",
+                started.elapsed()
+            );
             errors.push(message(e));
             let mut plain = Client::connect([iso], None).await.unwrap();
             let started = Instant::now();
@@ -113,10 +153,16 @@ fn isolated_leader_never_accepts_a_write_and_the_majority_goes_on() {
     });
     assert_eq!(rl_errors.last().unwrap(), "etcdserver: no leader");
     for e in &rl_errors {
-        assert!(e == "etcdserver: no leader" || e.starts_with("etcdserver: request timed out"), "{e}");
+        assert!(
+            e == "etcdserver: no leader" || e.starts_with("etcdserver: request timed out"),
+            "{e}"
+        );
     }
     assert_eq!(plain_error, "etcdserver: request timed out");
-    assert!(plain_took >= Duration::from_secs(5), "timed out after {plain_took:?}");
+    assert!(
+        plain_took >= Duration::from_secs(5),
+        "timed out after {plain_took:?}"
+    );
 
     // Heal: the old leader catches up by itself; nothing written to it
     // while isolated exists anywhere; every member holds the same data.
@@ -129,16 +175,34 @@ fn isolated_leader_never_accepts_a_write_and_the_majority_goes_on() {
                 let mut views = Vec::new();
                 for ep in &eps {
                     let mut c = Client::connect([ep], None).await.unwrap();
-                    let g = c.get("", Some(GetOptions::new().with_all_keys().with_serializable())).await.unwrap();
+                    let g = c
+                        .get(
+                            "",
+                            Some(GetOptions::new().with_all_keys().with_serializable()),
+                        )
+                        .await
+                        .unwrap();
                     let h = c.hash_kv(0).await.unwrap();
-                    let isolated_keys = g.kvs().iter().filter(|kv| kv.key().starts_with(b"isolated/")).count();
-                    views.push((g.header().unwrap().revision(), h.hash(), g.count(), isolated_keys));
+                    let isolated_keys = g
+                        .kvs()
+                        .iter()
+                        .filter(|kv| kv.key().starts_with(b"isolated/"))
+                        .count();
+                    views.push((
+                        g.header().unwrap().revision(),
+                        h.hash(),
+                        g.count(),
+                        isolated_keys,
+                    ));
                 }
                 if views.iter().all(|v| *v == views[0]) && views[0].2 == 51 {
                     assert_eq!(views[0].3, 0, "a write to the isolated member survived");
                     return;
                 }
-                assert!(Instant::now() < deadline, "no convergence after heal: {views:?}");
+                assert!(
+                    Instant::now() < deadline,
+                    "no convergence after heal: {views:?}"
+                );
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
@@ -152,7 +216,10 @@ fn isolated_follower_refuses_linearizable_reads_and_catches_up() {
     let leader_idx = cluster.in_client_ns(move || runtime().block_on(leader(&eps)));
     let follower = (leader_idx + 1) % 3;
     cluster.isolate(follower);
-    let majority: Vec<String> = (0..3).filter(|i| *i != follower).map(|i| cluster.endpoint(i)).collect();
+    let majority: Vec<String> = (0..3)
+        .filter(|i| *i != follower)
+        .map(|i| cluster.endpoint(i))
+        .collect();
     cluster.in_client_ns(move || {
         runtime().block_on(async move {
             let mut c = Client::connect(majority, None).await.unwrap();
@@ -166,16 +233,32 @@ fn isolated_follower_refuses_linearizable_reads_and_catches_up() {
     let (linearizable, serializable_count) = cluster.in_member_ns(follower, move || {
         runtime().block_on(async move {
             let mut c = Client::connect([ep], None).await.unwrap();
-            let l = c.get("k", Some(GetOptions::new().with_prefix())).await.map(|_| ()).map_err(message);
-            let s = c.get("k", Some(GetOptions::new().with_prefix().with_serializable())).await.unwrap();
+            let l = c
+                .get("k", Some(GetOptions::new().with_prefix()))
+                .await
+                .map(|_| ())
+                .map_err(message);
+            let s = c
+                .get(
+                    "k",
+                    Some(GetOptions::new().with_prefix().with_serializable()),
+                )
+                .await
+                .unwrap();
             (l, s.count())
         })
     });
     // The round in flight ends with the leadership ("leader changed", as
     // etcd's read loop answers); later reads wait for a leader, then time out.
     let refused = linearizable.expect_err("an isolated member served a linearizable read");
-    assert!(refused == "etcdserver: leader changed" || refused == "etcdserver: request timed out", "{refused}");
-    assert_eq!(serializable_count, 0, "the isolated follower cannot have the new writes");
+    assert!(
+        refused == "etcdserver: leader changed" || refused == "etcdserver: request timed out",
+        "{refused}"
+    );
+    assert_eq!(
+        serializable_count, 0,
+        "the isolated follower cannot have the new writes"
+    );
     cluster.heal(follower);
     let ep = cluster.endpoint(follower);
     cluster.in_client_ns(move || {

@@ -107,6 +107,9 @@ impl Applier {
     }
 
     fn apply_batch(&self, batch: CommittedBatch) {
+        if let Some(snapshot) = &batch.snapshot {
+            self.install_snapshot(snapshot);
+        }
         let mut last = None;
         for entry in &batch.entries {
             self.apply_entry(entry);
@@ -116,6 +119,40 @@ impl Applier {
             self.applied.send_replace(index);
             self.raft.report_applied(index);
         }
+    }
+
+    /// A snapshot from the leader: its backend replaces ours (the leader's
+    /// copy covers at least the snapshot's index), then apply goes on from
+    /// there. The WAL and snap dir already hold its raft metadata.
+    fn install_snapshot(&self, snapshot: &raft::eraftpb::Snapshot) {
+        let index = snapshot.get_metadata().index;
+        let path =
+            std::path::PathBuf::from(String::from_utf8_lossy(snapshot.get_data()).into_owned());
+        if let Err(e) = self.store.restore_from(&path) {
+            // The member cannot go on without the state the snapshot holds,
+            // and raft already moved past it: stop the process. The raft
+            // metadata is durable and the leader sends a new snapshot after
+            // the restart.
+            tracing::error!(index, file = %path.display(), error = %e, "failed to install the database snapshot; exiting");
+            std::process::exit(1);
+        }
+        self.members.replace(
+            self.store
+                .members()
+                .unwrap_or_default()
+                .values()
+                .filter_map(|b| crate::membership::decode_member(b))
+                .collect(),
+        );
+        let applied = self.store.consistent_index().max(index);
+        tracing::info!(
+            index,
+            "consistent-index" = self.store.consistent_index(),
+            "applied database snapshot"
+        );
+        let _ = std::fs::remove_file(&path);
+        self.applied.send_replace(applied);
+        self.raft.report_applied(applied);
     }
 
     fn apply_entry(&self, entry: &Entry) {
@@ -156,8 +193,15 @@ impl Applier {
         }
         if let Some(set) = request.cluster_member_attr_set {
             let attributes = set.member_attributes.unwrap_or_default();
-            match self.members.set_attributes(set.member_id, &attributes.name, &attributes.client_urls) {
-                Some(member) => self.store.put_member(member.id, Some(encode_member(&member)), index),
+            match self.members.set_attributes(
+                set.member_id,
+                &attributes.name,
+                &attributes.client_urls,
+            ) {
+                Some(member) => {
+                    self.store
+                        .put_member(member.id, Some(encode_member(&member)), index)
+                }
                 None => {
                     tracing::warn!(member = %format!("{:x}", set.member_id), "attributes of an unknown member ignored");
                     self.store.set_consistent_index(index);

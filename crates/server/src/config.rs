@@ -25,8 +25,16 @@ pub struct ServerConfig {
     pub max_request_bytes: usize,
     pub max_txn_ops: usize,
     pub quota_backend_bytes: i64,
+    /// Raft entries kept below a snapshot for slow followers (etcd's
+    /// --experimental-snapshot-catchup-entries); further behind, a follower
+    /// gets the backend as a snapshot.
+    pub snapshot_catch_up_entries: u64,
     /// HTTP/2 streams per client connection; None = unlimited, as etcd.
     pub max_concurrent_streams: Option<u32>,
+    /// How often an idle progress_notify watcher gets an empty response
+    /// with the current revision (etcd's
+    /// --experimental-watch-progress-notify-interval; 0 disables).
+    pub watch_progress_notify_interval: Duration,
 }
 
 impl ServerConfig {
@@ -64,6 +72,8 @@ impl Default for ServerConfig {
             max_txn_ops: 128,
             quota_backend_bytes: 2 * 1024 * 1024 * 1024,
             max_concurrent_streams: None,
+            snapshot_catch_up_entries: 5000,
+            watch_progress_notify_interval: Duration::from_secs(10 * 60),
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod errors;
 pub mod etcdserver;
 pub mod logutil;
 pub mod membership;
+pub mod snapshot;
 pub mod startup;
 pub mod v3rpc;
 pub mod wait;

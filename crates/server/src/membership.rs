@@ -27,7 +27,17 @@ pub struct ClusterMembers {
 
 impl ClusterMembers {
     pub fn new(members: Vec<Member>) -> ClusterMembers {
-        ClusterMembers { members: RwLock::new(members.into_iter().map(|m| (m.id, m)).collect()) }
+        ClusterMembers {
+            members: RwLock::new(members.into_iter().map(|m| (m.id, m)).collect()),
+        }
+    }
+
+    /// Replaces the whole list (a snapshot installed from the leader). An
+    /// empty list leaves the current one: a snapshot always has members.
+    pub fn replace(&self, members: Vec<Member>) {
+        if !members.is_empty() {
+            *self.members.write() = members.into_iter().map(|m| (m.id, m)).collect();
+        }
     }
 
     /// Every member, ordered by ID (as etcd lists them).
@@ -64,7 +74,13 @@ pub fn encode_member(m: &Member) -> Vec<u8> {
 
 pub fn decode_member(bytes: &[u8]) -> Option<Member> {
     let m = api::etcdserverpb::Member::decode(bytes).ok()?;
-    Some(Member { id: m.id, name: m.name, peer_urls: m.peer_ur_ls, client_urls: m.client_ur_ls, is_learner: m.is_learner })
+    Some(Member {
+        id: m.id,
+        name: m.name,
+        peer_urls: m.peer_ur_ls,
+        client_urls: m.client_ur_ls,
+        is_learner: m.is_learner,
+    })
 }
 
 pub fn member_id(peer_urls: &[String], cluster_token: &str) -> u64 {

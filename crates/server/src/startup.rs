@@ -10,9 +10,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use api::etcdserverpb::cluster_server::ClusterServer;
-use api::etcdserverpb::{Attributes, ClusterMemberAttrSetRequest, InternalRaftRequest};
 use api::etcdserverpb::kv_server::KvServer;
 use api::etcdserverpb::maintenance_server::MaintenanceServer;
+use api::etcdserverpb::watch_server::WatchServer;
+use api::etcdserverpb::{Attributes, ClusterMemberAttrSetRequest, InternalRaftRequest};
 use consensus::transport::{PeerService, PeerTransport};
 use consensus::{RaftConfig, Transport};
 use mvcc::Store;
@@ -23,9 +24,11 @@ use crate::apply::Applier;
 use crate::config::{ServerConfig, GRPC_OVERHEAD_BYTES};
 use crate::etcdserver::EtcdServer;
 use crate::membership::{self, ClusterMembers, Member as MemberInfo};
+use crate::snapshot::BackendSnapshots;
 use crate::v3rpc::cluster::ClusterService;
 use crate::v3rpc::kv::KvService;
 use crate::v3rpc::maintenance::{MaintenanceService, CLUSTER_VERSION, ETCD_VERSION};
+use crate::v3rpc::watch::WatchService;
 use crate::wait::Wait;
 
 #[derive(Debug, thiserror::Error)]
@@ -157,12 +160,17 @@ struct Identity {
 
 /// The members named by `--initial-cluster`, with etcd's IDs.
 fn initial_members(cfg: &ServerConfig) -> Result<Vec<MemberInfo>, StartError> {
-    let cluster = membership::parse_initial_cluster(&cfg.initial_cluster).map_err(StartError::Config)?;
+    let cluster =
+        membership::parse_initial_cluster(&cfg.initial_cluster).map_err(StartError::Config)?;
     Ok(cluster
         .into_iter()
         .map(|(name, urls)| MemberInfo {
             id: membership::member_id(&urls, &cfg.initial_cluster_token),
-            client_urls: if name == cfg.name { cfg.advertise_client_urls.clone() } else { Vec::new() },
+            client_urls: if name == cfg.name {
+                cfg.advertise_client_urls.clone()
+            } else {
+                Vec::new()
+            },
             name,
             peer_urls: urls,
             is_learner: false,
@@ -198,13 +206,17 @@ fn identity(cfg: &ServerConfig) -> Result<Identity, StartError> {
                     "peer URLs of a member are unknown: --initial-cluster does not name it"),
             }
         }
-        let mut member = members.iter().find(|m| m.id == meta.node_id).cloned().unwrap_or(MemberInfo {
-            id: meta.node_id,
-            name: cfg.name.clone(),
-            peer_urls: cfg.initial_advertise_peer_urls.clone(),
-            client_urls: Vec::new(),
-            is_learner: false,
-        });
+        let mut member = members
+            .iter()
+            .find(|m| m.id == meta.node_id)
+            .cloned()
+            .unwrap_or(MemberInfo {
+                id: meta.node_id,
+                name: cfg.name.clone(),
+                peer_urls: cfg.initial_advertise_peer_urls.clone(),
+                client_urls: Vec::new(),
+                is_learner: false,
+            });
         member.name = cfg.name.clone();
         member.client_urls = cfg.advertise_client_urls.clone();
         members.retain(|m| m.id != member.id);
@@ -220,7 +232,8 @@ fn identity(cfg: &ServerConfig) -> Result<Identity, StartError> {
 
     if cfg.initial_cluster_state == "existing" {
         return Err(StartError::Config(
-            "joining an existing cluster (--initial-cluster-state existing) is not supported yet".to_string(),
+            "joining an existing cluster (--initial-cluster-state existing) is not supported yet"
+                .to_string(),
         ));
     }
     let members = initial_members(cfg)?;
@@ -231,7 +244,13 @@ fn identity(cfg: &ServerConfig) -> Result<Identity, StartError> {
         )));
     };
     let voters: Vec<u64> = members.iter().map(|m| m.id).collect();
-    Ok(Identity { cluster_id: membership::cluster_id(&voters), member, members, voters, restarted: false })
+    Ok(Identity {
+        cluster_id: membership::cluster_id(&voters),
+        member,
+        members,
+        voters,
+        restarted: false,
+    })
 }
 
 fn check_backend_is_ours(path: &Path) -> Result<(), StartError> {
@@ -255,11 +274,23 @@ fn check_backend_is_ours(path: &Path) -> Result<(), StartError> {
 /// one (it survives restarts and carries published attributes), else the
 /// bootstrap list, which is then written to it. This member's own entry
 /// always takes its current name and advertised client URLs.
-fn known_members(store: &Store, bootstrap: Vec<MemberInfo>, own: &MemberInfo) -> Result<Vec<MemberInfo>, StartError> {
-    let stored: Vec<MemberInfo> = store.members()?.values().filter_map(|b| membership::decode_member(b)).collect();
+fn known_members(
+    store: &Store,
+    bootstrap: Vec<MemberInfo>,
+    own: &MemberInfo,
+) -> Result<Vec<MemberInfo>, StartError> {
+    let stored: Vec<MemberInfo> = store
+        .members()?
+        .values()
+        .filter_map(|b| membership::decode_member(b))
+        .collect();
     let mut members = if stored.is_empty() {
         for m in &bootstrap {
-            store.put_member(m.id, Some(membership::encode_member(m)), store.consistent_index());
+            store.put_member(
+                m.id,
+                Some(membership::encode_member(m)),
+                store.consistent_index(),
+            );
         }
         bootstrap
     } else {
@@ -278,8 +309,12 @@ fn known_members(store: &Store, bootstrap: Vec<MemberInfo>, own: &MemberInfo) ->
 /// Starts a member: returns once its client listeners are bound.
 pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     let identity = identity(&cfg)?;
-    let (member, members, cluster_id, voters) =
-        (identity.member, identity.members, identity.cluster_id, identity.voters);
+    let (member, members, cluster_id, voters) = (
+        identity.member,
+        identity.members,
+        identity.cluster_id,
+        identity.voters,
+    );
     let client_addrs: Vec<SocketAddr> = cfg
         .listen_client_urls
         .iter()
@@ -310,7 +345,9 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     tracing::info!(path = %backend_path.display(), "consistent-index" = store.consistent_index(),
         revision = store.current_revision(), "opened backend db");
 
-    let members = Arc::new(ClusterMembers::new(known_members(&store, members, &member)?));
+    let members = Arc::new(ClusterMembers::new(known_members(
+        &store, members, &member,
+    )?));
 
     let raft_cfg = RaftConfig {
         id: member.id,
@@ -327,12 +364,23 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         .filter(|m| m.id != member.id)
         .filter_map(|m| m.peer_urls.first().map(|url| (m.id, url.clone())))
         .collect();
-    let transport: Arc<dyn Transport> = if peers.is_empty() {
-        Arc::new(NoPeers)
-    } else {
-        PeerTransport::new(member.id, cluster_id, &peers, &tokio::runtime::Handle::current())
+    let peer_transport = (!peers.is_empty()).then(|| {
+        PeerTransport::new(
+            member.id,
+            cluster_id,
+            &peers,
+            &tokio::runtime::Handle::current(),
+        )
+    });
+    let transport: Arc<dyn Transport> = match &peer_transport {
+        Some(t) => t.clone(),
+        None => Arc::new(NoPeers),
     };
-    let (raft, committed) = consensus::start(raft_cfg, transport)?;
+    let options = consensus::StartOptions {
+        snapshot_catch_up_entries: cfg.snapshot_catch_up_entries,
+        ..Default::default()
+    };
+    let (raft, committed) = consensus::start_with_options(raft_cfg, transport, options)?;
     tracing::info!("local-member-id" = %format!("{:x}", member.id), "cluster-id" = %format!("{:x}", cluster_id),
         "starting local member");
 
@@ -361,6 +409,14 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         wait,
         applied_rx,
     ));
+    if let Some(transport) = &peer_transport {
+        let source = BackendSnapshots {
+            store: server.store.clone(),
+            applied: server.applied.clone(),
+            snap_dir: cfg.member_dir().join("snap"),
+        };
+        transport.attach_snapshots(server.raft.clone(), Arc::new(source));
+    }
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut bound = Vec::new();
     let mut serving = Vec::new();
@@ -368,9 +424,19 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         let addr = parse_url(url)?;
         let listener = TcpListener::bind(addr)
             .await
-            .map_err(|error| StartError::Listen { url: url.clone(), error })?;
-        let local = listener.local_addr().map_err(|error| StartError::Listen { url: url.clone(), error })?;
-        serving.push(tokio::spawn(serve_peers(server.clone(), listener, shutdown_rx.clone())));
+            .map_err(|error| StartError::Listen {
+                url: url.clone(),
+                error,
+            })?;
+        let local = listener.local_addr().map_err(|error| StartError::Listen {
+            url: url.clone(),
+            error,
+        })?;
+        serving.push(tokio::spawn(serve_peers(
+            server.clone(),
+            listener,
+            shutdown_rx.clone(),
+        )));
         tracing::info!(address = %local, "serving peer traffic");
     }
     for (url, addr) in cfg.listen_client_urls.iter().zip(client_addrs) {
@@ -402,9 +468,19 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     })
 }
 
-async fn serve_peers(server: Arc<EtcdServer>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+async fn serve_peers(
+    server: Arc<EtcdServer>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    let peer = PeerService::server(server.member.id, server.cluster_id, server.raft.clone());
+    let snap_dir = server.cfg.member_dir().join("snap");
+    let peer = PeerService::server(
+        server.member.id,
+        server.cluster_id,
+        server.raft.clone(),
+        snap_dir,
+    );
     let result = tonic::transport::Server::builder()
         .add_service(peer)
         .serve_with_incoming_shutdown(incoming, async move {
@@ -431,6 +507,9 @@ async fn serve_clients(
     let cluster = ClusterServer::new(ClusterService::new(server.clone()))
         .max_decoding_message_size(max_request)
         .max_encoding_message_size(usize::MAX);
+    let watch = WatchServer::new(WatchService::new(server.clone(), shutdown.clone()))
+        .max_decoding_message_size(max_request)
+        .max_encoding_message_size(usize::MAX);
     // Without TCP_NODELAY small responses wait for delayed ACKs (~40 ms).
     // tonic's own nodelay setting applies only to listeners it binds.
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
@@ -441,6 +520,7 @@ async fn serve_clients(
         .add_service(kv)
         .add_service(maintenance)
         .add_service(cluster)
+        .add_service(watch)
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
         })
@@ -476,7 +556,10 @@ async fn publish(server: &EtcdServer) {
         }),
     };
     loop {
-        let request = InternalRaftRequest { cluster_member_attr_set: Some(attributes.clone()), ..Default::default() };
+        let request = InternalRaftRequest {
+            cluster_member_attr_set: Some(attributes.clone()),
+            ..Default::default()
+        };
         match server.propose(request).await {
             Ok(_) => return,
             Err(e) if e == api::rpctypes::STOPPED => return,

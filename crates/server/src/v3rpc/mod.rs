@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod kv;
 pub mod maintenance;
+pub mod watch;
 
 use api::rpctypes;
 use tonic::{Request, Status};

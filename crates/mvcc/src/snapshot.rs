@@ -1,0 +1,175 @@
+//! Backend snapshots for raft: a consistent copy of the store for a
+//! follower that is too far behind, and installing such a copy in place.
+//!
+//! Both are logical copies of the tables (key, meta, members) between redb
+//! files, so the live `Database` handle never changes and a copy is a
+//! cleanly closed redb file. A backup is taken from one read transaction:
+//! it holds exactly the state of one consistent index (stored with it).
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::backend::{self, backend_error, KEY_TABLE, MEMBERS_TABLE, META_TABLE};
+use crate::store::{IndexState, Pending, INITIAL_REVISION, NO_COMPACTION};
+use crate::{MvccError, Store};
+
+fn copy_table<K, V>(
+    from: &redb::ReadTransaction,
+    to: &redb::WriteTransaction,
+    table: TableDefinition<K, V>,
+) -> Result<(), MvccError>
+where
+    K: redb::Key + 'static,
+    V: redb::Value + 'static,
+    for<'a> K::SelfType<'a>: std::borrow::Borrow<K::SelfType<'a>>,
+{
+    let source = match from.open_table(table) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
+        Err(e) => return Err(backend_error(e)),
+    };
+    let mut dest = to.open_table(table).map_err(backend_error)?;
+    for row in source.iter().map_err(backend_error)? {
+        let (k, v) = row.map_err(backend_error)?;
+        dest.insert(k.value(), v.value()).map_err(backend_error)?;
+    }
+    Ok(())
+}
+
+fn copy_all(from: &redb::ReadTransaction, to: &redb::WriteTransaction) -> Result<(), MvccError> {
+    copy_table(from, to, KEY_TABLE)?;
+    copy_table(from, to, META_TABLE)?;
+    copy_table(from, to, MEMBERS_TABLE)?;
+    Ok(())
+}
+
+impl Store {
+    /// Writes a consistent copy of the store to a new file at `dest` and
+    /// returns the consistent index it holds. Applied-but-uncommitted
+    /// changes are committed first, so the copy covers everything applied
+    /// before the call.
+    pub fn backup_to(&self, dest: &Path) -> Result<u64, MvccError> {
+        self.commit(false)?;
+        let snapshot = self.db.begin_read().map_err(backend_error)?;
+        let consistent_index =
+            {
+                let meta = snapshot.open_table(META_TABLE).map_err(backend_error)?;
+                match meta
+                    .get(backend::META_CONSISTENT_INDEX)
+                    .map_err(backend_error)?
+                {
+                    Some(v) => u64::from_be_bytes(v.value().try_into().map_err(|_| {
+                        MvccError::Corrupt("consistent_index is not 8 bytes".into())
+                    })?),
+                    None => 0,
+                }
+            };
+        let _ = std::fs::remove_file(dest);
+        let copy = Database::create(dest).map_err(backend_error)?;
+        let mut txn = copy.begin_write().map_err(backend_error)?;
+        txn.set_durability(Durability::Immediate)
+            .map_err(backend_error)?;
+        copy_all(&snapshot, &txn)?;
+        txn.commit().map_err(backend_error)?;
+        Ok(consistent_index)
+    }
+
+    /// Replaces the whole store with the snapshot file at `source` (a
+    /// `backup_to` of another member), durably, and rebuilds the key index
+    /// from it. Pending changes are discarded: the snapshot supersedes them.
+    pub fn restore_from(&self, source: &Path) -> Result<(), MvccError> {
+        let _writer = self.writer.lock();
+        let snapshot_db = Database::open(source).map_err(backend_error)?;
+        let snapshot = snapshot_db.begin_read().map_err(backend_error)?;
+        let mut txn = self.db.begin_write().map_err(backend_error)?;
+        txn.set_durability(Durability::Immediate)
+            .map_err(backend_error)?;
+        txn.delete_table(KEY_TABLE).map_err(backend_error)?;
+        txn.delete_table(META_TABLE).map_err(backend_error)?;
+        txn.delete_table(MEMBERS_TABLE).map_err(backend_error)?;
+        copy_all(&snapshot, &txn)?;
+        txn.commit().map_err(backend_error)?;
+        drop(snapshot);
+        drop(snapshot_db);
+
+        let loaded = backend::load(&self.db)?;
+        *self.state.write() = IndexState {
+            tree: loaded.index,
+            current_revision: loaded.current_revision.max(INITIAL_REVISION),
+            compact_revision: loaded.compact_revision.max(NO_COMPACTION),
+        };
+        *self.pending.write() = Pending {
+            consistent_index: loaded.consistent_index,
+            ..Pending::default()
+        };
+        self.consistent_index
+            .store(loaded.consistent_index, Ordering::Release);
+        self.durable_consistent_index
+            .store(loaded.consistent_index, Ordering::Release);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use api::etcdserverpb::{PutRequest, RangeRequest};
+
+    use crate::Store;
+
+    fn put(store: &Store, index: u64, key: &str, value: &str) {
+        let mut w = store.write(index);
+        w.put(&PutRequest {
+            key: key.as_bytes().to_vec().into(),
+            value: value.as_bytes().to_vec().into(),
+            ..Default::default()
+        })
+        .unwrap();
+        w.end();
+    }
+
+    fn all(store: &Store) -> Vec<(Vec<u8>, Vec<u8>, i64)> {
+        let r = store
+            .range(&RangeRequest {
+                key: vec![0].into(),
+                range_end: vec![0].into(),
+                ..Default::default()
+            })
+            .unwrap();
+        r.kvs
+            .iter()
+            .map(|kv| (kv.key.to_vec(), kv.value.to_vec(), kv.mod_revision))
+            .collect()
+    }
+
+    #[test]
+    fn a_backup_restored_elsewhere_holds_the_same_state_and_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let leader = Store::open(&dir.path().join("leader.db")).unwrap();
+        for i in 0..50 {
+            put(&leader, i + 1, &format!("k{i:02}"), &format!("v{i}"));
+        }
+        leader.put_member(7, Some(b"m".to_vec()), 51);
+        // Applied, never committed: the backup still carries it.
+        let index = leader.backup_to(&dir.path().join("snap.db")).unwrap();
+        assert_eq!(index, 51);
+
+        let follower = Store::open(&dir.path().join("follower.db")).unwrap();
+        put(&follower, 1, "stale", "x");
+        follower.restore_from(&dir.path().join("snap.db")).unwrap();
+        assert_eq!(all(&follower), all(&leader));
+        assert_eq!(follower.current_revision(), leader.current_revision());
+        assert_eq!(follower.consistent_index(), 51);
+        assert_eq!(follower.durable_consistent_index(), 51);
+        assert!(follower.members().unwrap().contains_key(&7));
+        // Writes go on from the restored revision, and survive a reopen.
+        put(&follower, 52, "after", "y");
+        follower.commit(true).unwrap();
+        let rev = follower.current_revision();
+        drop(follower);
+        let reopened = Store::open(&dir.path().join("follower.db")).unwrap();
+        assert_eq!(reopened.current_revision(), rev);
+        assert_eq!(all(&reopened).len(), 51);
+    }
+}

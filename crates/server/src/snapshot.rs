@@ -1,0 +1,52 @@
+//! Raft snapshots of the backend, both ways: the leader makes a consistent
+//! copy of its store for a follower too far behind its log (the transport
+//! streams it out of band), and a follower installs the copy it received.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use consensus::transport::SnapshotSource;
+use mvcc::Store;
+use tokio::sync::watch;
+
+/// How long a snapshot waits for this member to apply up to the snapshot's
+/// index before giving up (raft asks again later).
+const APPLY_WAIT: Duration = Duration::from_secs(30);
+
+pub struct BackendSnapshots {
+    pub store: Arc<Store>,
+    pub applied: watch::Receiver<u64>,
+    pub snap_dir: PathBuf,
+}
+
+impl SnapshotSource for BackendSnapshots {
+    fn backend_snapshot(
+        &self,
+        index: u64,
+    ) -> Pin<Box<dyn Future<Output = Result<PathBuf, String>> + Send>> {
+        let store = self.store.clone();
+        let mut applied = self.applied.clone();
+        let path = self.snap_dir.join(format!("{index:016x}.snap.db.send"));
+        Box::pin(async move {
+            // The copy must cover the raft snapshot's index, or the follower
+            // would skip entries it never applied.
+            tokio::time::timeout(APPLY_WAIT, applied.wait_for(|a| *a >= index))
+                .await
+                .map_err(|_| format!("not applied up to {index} in time"))?
+                .map_err(|_| "member stopping".to_string())?;
+            let dest = path.clone();
+            let covered = tokio::task::spawn_blocking(move || store.backup_to(&dest))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+            if covered < index {
+                let _ = std::fs::remove_file(&path);
+                return Err(format!("backend copy covers index {covered} < {index}"));
+            }
+            Ok(path)
+        })
+    }
+}

@@ -12,6 +12,7 @@ async fn open_streams(max_concurrent_streams: Option<u32>, want: usize) -> usize
     let cfg = ServerConfig {
         data_dir: dir.path().to_path_buf(),
         listen_client_urls: vec!["http://127.0.0.1:0".into()],
+        listen_peer_urls: vec!["http://127.0.0.1:0".into()],
         max_concurrent_streams,
         ..Default::default()
     };

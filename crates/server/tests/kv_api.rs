@@ -17,6 +17,7 @@ async fn member(
     let mut cfg = ServerConfig {
         data_dir: dir.to_path_buf(),
         listen_client_urls: vec!["http://127.0.0.1:0".into()],
+        listen_peer_urls: vec!["http://127.0.0.1:0".into()],
         ..Default::default()
     };
     tweak(&mut cfg);

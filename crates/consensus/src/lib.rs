@@ -189,7 +189,10 @@ pub(crate) enum Input {
         reply: oneshot::Sender<Result<u64, ConsensusError>>,
     },
     Step(eraftpb::Message),
-    ReportSnapshot { to: u64, finished: bool },
+    ReportSnapshot {
+        to: u64,
+        finished: bool,
+    },
 }
 
 /// State shared between handles and the raft thread without a channel.
@@ -327,7 +330,12 @@ impl RaftHandle {
     /// The transport finished (or failed) sending a snapshot to `to`: the
     /// leader resumes replicating to it (or retries the snapshot).
     pub fn report_snapshot(&self, to: u64, finished: bool) {
-        if self.inner.input.try_send(Input::ReportSnapshot { to, finished }).is_err() {
+        if self
+            .inner
+            .input
+            .try_send(Input::ReportSnapshot { to, finished })
+            .is_err()
+        {
             tracing::warn!(to = %format!("{to:x}"), "raft: snapshot report dropped (input queue full)");
         }
     }

@@ -372,7 +372,11 @@ impl Node {
             }
             Input::ReadIndex { reply } => self.pending_reads.push(reply),
             Input::ReportSnapshot { to, finished } => {
-                let status = if finished { raft::SnapshotStatus::Finish } else { raft::SnapshotStatus::Failure };
+                let status = if finished {
+                    raft::SnapshotStatus::Finish
+                } else {
+                    raft::SnapshotStatus::Failure
+                };
                 self.raw.report_snapshot(to, status);
             }
             Input::Step(msg) => {
@@ -487,7 +491,10 @@ impl Node {
             if !rd.snapshot().is_empty() {
                 let snapshot = rd.snapshot().clone();
                 self.persist_received_snapshot(snapshot.clone())?;
-                self.send_to_apply(CommittedBatch { snapshot: Some(snapshot), entries: Vec::new() })?;
+                self.send_to_apply(CommittedBatch {
+                    snapshot: Some(snapshot),
+                    entries: Vec::new(),
+                })?;
             }
             let committed = rd.take_committed_entries();
             self.wal.append(rd.entries(), rd.hs());
@@ -561,7 +568,10 @@ impl Node {
                 self.conf_history.push((e.index, cs));
             }
         }
-        self.send_to_apply(CommittedBatch { snapshot: None, entries })
+        self.send_to_apply(CommittedBatch {
+            snapshot: None,
+            entries,
+        })
     }
 
     fn send_to_apply(&mut self, batch: CommittedBatch) -> Result<(), ConsensusError> {

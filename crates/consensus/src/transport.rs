@@ -49,7 +49,10 @@ pub trait SnapshotSource: Send + Sync {
     /// index is at least `index` (so that the follower, once it installs
     /// it, misses no entry at or below the raft snapshot). The transport
     /// deletes the file after sending it.
-    fn backend_snapshot(&self, index: u64) -> Pin<Box<dyn Future<Output = Result<PathBuf, String>> + Send>>;
+    fn backend_snapshot(
+        &self,
+        index: u64,
+    ) -> Pin<Box<dyn Future<Output = Result<PathBuf, String>> + Send>>;
 }
 
 struct PeerQueue {
@@ -89,7 +92,11 @@ impl PeerTransport {
                 continue;
             }
             let (tx, rx) = mpsc::channel(PEER_QUEUE_CAPACITY);
-            let queue = PeerQueue { tx, url: url.clone(), snapshot_in_flight: Arc::new(AtomicBool::new(false)) };
+            let queue = PeerQueue {
+                tx,
+                url: url.clone(),
+                snapshot_in_flight: Arc::new(AtomicBool::new(false)),
+            };
             transport.peers.write().insert(*peer, queue);
             runtime.spawn(run_peer(id, *peer, url.clone(), cluster_id, rx));
         }
@@ -144,8 +151,12 @@ impl SnapshotJob {
         tracing::info!(to = %format!("{to:x}"), index, "sending database snapshot to a member");
         let result = self.send(msg).await;
         match &result {
-            Ok(bytes) => tracing::info!(to = %format!("{to:x}"), index, bytes, "sent database snapshot"),
-            Err(e) => tracing::warn!(to = %format!("{to:x}"), index, error = %e, "failed to send database snapshot"),
+            Ok(bytes) => {
+                tracing::info!(to = %format!("{to:x}"), index, bytes, "sent database snapshot")
+            }
+            Err(e) => {
+                tracing::warn!(to = %format!("{to:x}"), index, error = %e, "failed to send database snapshot")
+            }
         }
         self.raft.report_snapshot(to, result.is_ok());
         self.in_flight.store(false, Ordering::Release);
@@ -159,10 +170,21 @@ impl SnapshotJob {
         sent
     }
 
-    async fn stream_file(&self, msg: &eraftpb::Message, path: &std::path::Path) -> Result<u64, String> {
-        let mut file = tokio::fs::File::open(path).await.map_err(|e| format!("open {}: {e}", path.display()))?;
-        let endpoint = tonic::transport::Endpoint::from_shared(self.url.clone()).map_err(|e| e.to_string())?;
-        let channel = endpoint.connect_timeout(CONNECT_TIMEOUT).connect().await.map_err(|e| e.to_string())?;
+    async fn stream_file(
+        &self,
+        msg: &eraftpb::Message,
+        path: &std::path::Path,
+    ) -> Result<u64, String> {
+        let mut file = tokio::fs::File::open(path)
+            .await
+            .map_err(|e| format!("open {}: {e}", path.display()))?;
+        let endpoint =
+            tonic::transport::Endpoint::from_shared(self.url.clone()).map_err(|e| e.to_string())?;
+        let channel = endpoint
+            .connect_timeout(CONNECT_TIMEOUT)
+            .connect()
+            .await
+            .map_err(|e| e.to_string())?;
         let mut client = PeerClient::new(channel).max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
         let (chunks, wire) = mpsc::channel::<SnapshotChunk>(4);
         let call = tokio::spawn(async move { client.snapshot(ReceiverStream::new(wire)).await });
@@ -185,7 +207,11 @@ impl SnapshotJob {
             }
             let n = file.read(&mut buf).await.map_err(|e| e.to_string())?;
             sent += n as u64;
-            let chunk = SnapshotChunk { data: buf[..n].to_vec().into(), last: n == 0, ..Default::default() };
+            let chunk = SnapshotChunk {
+                data: buf[..n].to_vec().into(),
+                last: n == 0,
+                ..Default::default()
+            };
             if n == 0 {
                 let _ = chunks.send(chunk).await;
                 break;
@@ -206,7 +232,11 @@ impl Transport for PeerTransport {
         let peers = self.peers.read();
         for msg in msgs {
             let Some(peer) = peers.get(&msg.to) else {
-                tracing::debug!(from = self.id, to = msg.to, "raft: message to an unknown peer dropped");
+                tracing::debug!(
+                    from = self.id,
+                    to = msg.to,
+                    "raft: message to an unknown peer dropped"
+                );
                 continue;
             };
             if msg.get_msg_type() == MessageType::MsgSnapshot {
@@ -228,7 +258,13 @@ impl Transport for PeerTransport {
 }
 
 /// One peer's sender: connect, stream batches, reconnect with back-off.
-async fn run_peer(from: u64, to: u64, url: String, cluster_id: u64, mut queue: mpsc::Receiver<Vec<u8>>) {
+async fn run_peer(
+    from: u64,
+    to: u64,
+    url: String,
+    cluster_id: u64,
+    mut queue: mpsc::Receiver<Vec<u8>>,
+) {
     let mut backoff = BACKOFF_MIN;
     let mut was_connected = false;
     loop {
@@ -273,7 +309,12 @@ async fn run_peer(from: u64, to: u64, url: String, cluster_id: u64, mut queue: m
                     Err(_) => break,
                 }
             }
-            let batch = RaftBatch { cluster_id, from, to, messages: messages.into_iter().map(Into::into).collect() };
+            let batch = RaftBatch {
+                cluster_id,
+                from,
+                to,
+                messages: messages.into_iter().map(Into::into).collect(),
+            };
             if call.is_finished() || batches.send(batch).await.is_err() {
                 break;
             }
@@ -293,15 +334,28 @@ pub struct PeerService {
 }
 
 impl PeerService {
-    pub fn server(id: u64, cluster_id: u64, raft: RaftHandle, snap_dir: PathBuf) -> PeerServer<PeerService> {
-        PeerServer::new(PeerService { cluster_id, id, raft, snap_dir })
-            .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
+    pub fn server(
+        id: u64,
+        cluster_id: u64,
+        raft: RaftHandle,
+        snap_dir: PathBuf,
+    ) -> PeerServer<PeerService> {
+        PeerServer::new(PeerService {
+            cluster_id,
+            id,
+            raft,
+            snap_dir,
+        })
+        .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
     }
 }
 
 #[tonic::async_trait]
 impl Peer for PeerService {
-    async fn stream(&self, request: Request<Streaming<RaftBatch>>) -> Result<Response<StreamAck>, Status> {
+    async fn stream(
+        &self,
+        request: Request<Streaming<RaftBatch>>,
+    ) -> Result<Response<StreamAck>, Status> {
         let mut stream = request.into_inner();
         while let Some(batch) = stream.message().await? {
             if batch.cluster_id != self.cluster_id {
@@ -319,33 +373,50 @@ impl Peer for PeerService {
             for bytes in batch.messages {
                 let msg = eraftpb::Message::parse_from_bytes(&bytes)
                     .map_err(|e| Status::invalid_argument(format!("bad raft message: {e}")))?;
-                self.raft.step(msg).await.map_err(|e| Status::unavailable(e.to_string()))?;
+                self.raft
+                    .step(msg)
+                    .await
+                    .map_err(|e| Status::unavailable(e.to_string()))?;
             }
         }
         Ok(Response::new(StreamAck {}))
     }
 
-    async fn snapshot(&self, request: Request<Streaming<SnapshotChunk>>) -> Result<Response<StreamAck>, Status> {
+    async fn snapshot(
+        &self,
+        request: Request<Streaming<SnapshotChunk>>,
+    ) -> Result<Response<StreamAck>, Status> {
         let mut stream = request.into_inner();
-        let first = stream.message().await?.ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
+        let first = stream
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
         if first.cluster_id != self.cluster_id || first.to != self.id {
-            return Err(Status::failed_precondition("snapshot for another cluster or member"));
+            return Err(Status::failed_precondition(
+                "snapshot for another cluster or member",
+            ));
         }
         let mut msg = eraftpb::Message::parse_from_bytes(&first.message)
             .map_err(|e| Status::invalid_argument(format!("bad raft message: {e}")))?;
         if msg.get_msg_type() != MessageType::MsgSnapshot {
-            return Err(Status::invalid_argument("the first chunk must carry a MsgSnapshot"));
+            return Err(Status::invalid_argument(
+                "the first chunk must carry a MsgSnapshot",
+            ));
         }
         let index = msg.get_snapshot().get_metadata().index;
         // etcd's name for a received backend: <index>.snap.db in the snap dir.
         let path = self.snap_dir.join(format!("{index:016x}.snap.db"));
         let partial = self.snap_dir.join(format!("{index:016x}.snap.db.part"));
-        let io = |e: std::io::Error| Status::internal(format!("writing the received snapshot: {e}"));
+        let io =
+            |e: std::io::Error| Status::internal(format!("writing the received snapshot: {e}"));
         let mut file = tokio::fs::File::create(&partial).await.map_err(io)?;
         let mut received = 0u64;
         let mut last = first.last;
         while !last {
-            let chunk = stream.message().await?.ok_or_else(|| Status::aborted("snapshot stream ended early"))?;
+            let chunk = stream
+                .message()
+                .await?
+                .ok_or_else(|| Status::aborted("snapshot stream ended early"))?;
             file.write_all(&chunk.data).await.map_err(io)?;
             received += chunk.data.len() as u64;
             last = chunk.last;
@@ -354,8 +425,12 @@ impl Peer for PeerService {
         drop(file);
         tokio::fs::rename(&partial, &path).await.map_err(io)?;
         tracing::info!(from = %format!("{:x}", first.from), index, bytes = received, "received database snapshot");
-        msg.mut_snapshot().set_data(path.to_string_lossy().as_bytes().to_vec().into());
-        self.raft.step(msg).await.map_err(|e| Status::unavailable(e.to_string()))?;
+        msg.mut_snapshot()
+            .set_data(path.to_string_lossy().as_bytes().to_vec().into());
+        self.raft
+            .step(msg)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
         Ok(Response::new(StreamAck {}))
     }
 }

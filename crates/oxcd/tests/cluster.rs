@@ -352,3 +352,90 @@ async fn a_member_behind_the_leaders_compacted_log_rejoins_by_snapshot() {
         .unwrap_err();
     assert!(format!("{compacted}").contains("required revision has been compacted"));
 }
+
+/// Receives events until `want` PUTs arrived or the stream breaks; returns
+/// the (revision, key) of each, and the last revision seen.
+async fn collect_events(
+    stream: &mut etcd_client::WatchStream,
+    seen: &mut Vec<(i64, String)>,
+    want: usize,
+) -> bool {
+    while seen.len() < want {
+        match tokio::time::timeout(Duration::from_secs(10), stream.message()).await {
+            Ok(Ok(Some(resp))) => {
+                for e in resp.events() {
+                    let kv = e.kv().expect("event has a kv");
+                    seen.push((kv.mod_revision(), kv.key_str().unwrap().to_string()));
+                }
+            }
+            // The member died under the stream, or nothing came for 10 s.
+            _ => return false,
+        }
+    }
+    true
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_resumes_on_another_member_without_gap_or_duplicate() {
+    use etcd_client::WatchOptions;
+    const TOTAL: usize = 600;
+    let mut cluster = Cluster::start(3, &[]);
+    let writer_ep = cluster.endpoint(1);
+    let start = client(&[writer_ep.clone()])
+        .await
+        .put("w/start", "0", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    let writer = tokio::spawn(async move {
+        let mut c = client(&[writer_ep]).await;
+        for i in 1..TOTAL {
+            c.put(format!("w/{i:04}"), "v", None).await.unwrap();
+        }
+    });
+    // Watch on member 0 from the first write, kill it mid-stream.
+    let mut watcher = client(&[cluster.endpoint(0)]).await;
+    let mut stream = watcher
+        .watch(
+            "w/",
+            Some(WatchOptions::new().with_prefix().with_start_revision(start)),
+        )
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    assert!(
+        collect_events(&mut stream, &mut seen, TOTAL / 3).await,
+        "no events before the kill"
+    );
+    cluster.kill9(0);
+    collect_events(&mut stream, &mut seen, TOTAL).await;
+    let last = seen.last().map(|e| e.0).unwrap();
+    // Resume on member 2 from the last revision seen + 1.
+    let mut other = client(&[cluster.endpoint(2)]).await;
+    let mut stream = other
+        .watch(
+            "w/",
+            Some(
+                WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(last + 1),
+            ),
+        )
+        .await
+        .unwrap();
+    assert!(
+        collect_events(&mut stream, &mut seen, TOTAL).await,
+        "got {} of {TOTAL} events",
+        seen.len()
+    );
+    writer.await.unwrap();
+    let revisions: Vec<i64> = seen.iter().map(|e| e.0).collect();
+    assert!(
+        revisions.windows(2).all(|w| w[1] == w[0] + 1),
+        "a gap or a duplicate: {revisions:?}"
+    );
+    assert_eq!(revisions.len(), TOTAL);
+    assert_eq!(revisions[0], start);
+}

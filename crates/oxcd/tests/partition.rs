@@ -277,3 +277,47 @@ fn isolated_follower_refuses_linearizable_reads_and_catches_up() {
         })
     });
 }
+
+#[test]
+fn require_leader_watch_on_an_isolated_member_is_canceled_with_no_leader() {
+    use etcd_client::WatchOptions;
+    let cluster = NetnsCluster::start(3, &[]);
+    let eps = cluster.endpoints();
+    let leader_idx = cluster.in_client_ns(move || runtime().block_on(leader(&eps)));
+    let follower = (leader_idx + 1) % 3;
+    let ep = cluster.endpoint(follower);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let watcher = cluster.spawn_in_member_ns(follower, move || {
+        runtime().block_on(async move {
+            let opts = ConnectOptions::new().with_require_leader(true);
+            let mut c = Client::connect([ep], Some(opts)).await.unwrap();
+            let mut stream = c
+                .watch("k", Some(WatchOptions::new().with_prefix()))
+                .await
+                .unwrap();
+            ready_tx.send(()).unwrap();
+            let started = Instant::now();
+            loop {
+                match tokio::time::timeout(Duration::from_secs(20), stream.message()).await {
+                    Ok(Ok(Some(_))) => continue,
+                    Ok(Ok(None)) => {
+                        return (
+                            "stream ended without an error".to_string(),
+                            started.elapsed(),
+                        )
+                    }
+                    Ok(Err(e)) => return (message(e), started.elapsed()),
+                    Err(_) => return ("still open after 20 s".to_string(), started.elapsed()),
+                }
+            }
+        })
+    });
+    ready_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("watch opened");
+    cluster.isolate(follower);
+    let (error, after) = watcher.join().unwrap();
+    assert_eq!(error, "etcdserver: no leader");
+    assert!(after < Duration::from_secs(10), "canceled after {after:?}");
+    cluster.heal(follower);
+}

@@ -281,7 +281,10 @@ impl Cluster {
             .args(["--listen-client-urls", &format!("http://{ip}:2379")])
             .args(["--advertise-client-urls", &format!("http://{ip}:2379")])
             .args(["--listen-peer-urls", &format!("http://{ip}:2380")])
-            .args(["--initial-advertise-peer-urls", &format!("http://{ip}:2380")])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://{ip}:2380"),
+            ])
             .args(["--initial-cluster", &self.initial_cluster])
             .args(&self.extra);
         let mut p = Process::spawn(cmd, &data_dir);
@@ -291,14 +294,24 @@ impl Cluster {
 
     fn wait_ready(&self, i: usize) {
         let p = self.members[i].as_ref().expect("member is running");
-        if p.wait_for_log("ready to serve client requests", START_DEADLINE).is_none() {
-            panic!("{} did not become ready; log:\n{}", self.names[i], p.log_text());
+        if p.wait_for_log("ready to serve client requests", START_DEADLINE)
+            .is_none()
+        {
+            panic!(
+                "{} did not become ready; log:\n{}",
+                self.names[i],
+                p.log_text()
+            );
         }
     }
 
     /// Restarts a stopped member on its data dir and waits until it is ready.
     pub fn restart(&mut self, i: usize) {
-        assert!(self.members[i].is_none(), "{} is still running", self.names[i]);
+        assert!(
+            self.members[i].is_none(),
+            "{} is still running",
+            self.names[i]
+        );
         self.members[i] = Some(self.spawn(i));
         self.wait_ready(i);
     }
@@ -332,7 +345,10 @@ impl Cluster {
 
     /// Endpoints of the members that are running.
     pub fn endpoints(&self) -> Vec<String> {
-        (0..self.members.len()).filter(|i| self.members[*i].is_some()).map(|i| self.endpoint(i)).collect()
+        (0..self.members.len())
+            .filter(|i| self.members[*i].is_some())
+            .map(|i| self.endpoint(i))
+            .collect()
     }
 
     pub fn data_dir(&self, i: usize) -> PathBuf {

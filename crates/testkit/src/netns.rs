@@ -16,8 +16,16 @@ use crate::{oxcd_bin, Process, START_DEADLINE};
 const SUBNET_PREFIX: &str = "10.213";
 
 fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("iproute2 `ip` is installed");
-    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("iproute2 `ip` is installed");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 pub struct NetnsCluster {
@@ -58,7 +66,9 @@ impl NetnsCluster {
         }
         for i in 0..n {
             let p = c.members[i].as_ref().expect("started");
-            if p.wait_for_log("ready to serve client requests", START_DEADLINE).is_none() {
+            if p.wait_for_log("ready to serve client requests", START_DEADLINE)
+                .is_none()
+            {
                 panic!("m{} did not become ready; log:\n{}", i + 1, p.log_text());
             }
         }
@@ -76,18 +86,31 @@ impl NetnsCluster {
         ip(&["-n", &switch, "link", "add", "br0", "type", "bridge"]);
         ip(&["-n", &switch, "link", "set", "br0", "up"]);
         // Hosts 1..=n are members, 200 is the client.
-        let hosts: Vec<(String, u32)> =
-            (1..=n as u32).map(|i| (format!("{i}"), i)).chain([("c".to_string(), 200)]).collect();
+        let hosts: Vec<(String, u32)> = (1..=n as u32)
+            .map(|i| (format!("{i}"), i))
+            .chain([("c".to_string(), 200)])
+            .collect();
         for (host, octet) in hosts {
             let ns = self.ns(&host);
             ip(&["netns", "add", &ns]);
             self.namespaces.push(ns.clone());
-            let (a, b) = (format!("v{}{}a", self.tag, host), format!("v{}{}b", self.tag, host));
+            let (a, b) = (
+                format!("v{}{}a", self.tag, host),
+                format!("v{}{}b", self.tag, host),
+            );
             ip(&["link", "add", &a, "type", "veth", "peer", "name", &b]);
             ip(&["link", "set", &a, "netns", &ns, "name", "eth0"]);
             ip(&["link", "set", &b, "netns", &switch]);
             ip(&["-n", &switch, "link", "set", &b, "master", "br0", "up"]);
-            ip(&["-n", &ns, "addr", "add", &format!("{}.{octet}/24", self.subnet), "dev", "eth0"]);
+            ip(&[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{}.{octet}/24", self.subnet),
+                "dev",
+                "eth0",
+            ]);
             ip(&["-n", &ns, "link", "set", "eth0", "up"]);
             ip(&["-n", &ns, "link", "set", "lo", "up"]);
         }
@@ -105,7 +128,10 @@ impl NetnsCluster {
             .args(["--listen-client-urls", &format!("http://{addr}:2379")])
             .args(["--advertise-client-urls", &format!("http://{addr}:2379")])
             .args(["--listen-peer-urls", &format!("http://{addr}:2380")])
-            .args(["--initial-advertise-peer-urls", &format!("http://{addr}:2380")])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://{addr}:2380"),
+            ])
             .args(["--initial-cluster", &self.initial_cluster])
             .args(extra);
         let mut p = Process::spawn(cmd, &data_dir);
@@ -127,11 +153,25 @@ impl NetnsCluster {
 
     /// Cuts member `i` off from every other member and from the clients.
     pub fn isolate(&self, i: usize) {
-        ip(&["-n", &self.ns("s"), "link", "set", &format!("v{}{}b", self.tag, i + 1), "down"]);
+        ip(&[
+            "-n",
+            &self.ns("s"),
+            "link",
+            "set",
+            &format!("v{}{}b", self.tag, i + 1),
+            "down",
+        ]);
     }
 
     pub fn heal(&self, i: usize) {
-        ip(&["-n", &self.ns("s"), "link", "set", &format!("v{}{}b", self.tag, i + 1), "up"]);
+        ip(&[
+            "-n",
+            &self.ns("s"),
+            "link",
+            "set",
+            &format!("v{}{}b", self.tag, i + 1),
+            "up",
+        ]);
     }
 
     /// Runs `f` on a thread inside the client namespace: sockets it opens
@@ -142,11 +182,34 @@ impl NetnsCluster {
 
     /// Runs `f` inside member `i`'s namespace (a client on the member's own
     /// side of a partition).
-    pub fn in_member_ns<R: Send + 'static>(&self, i: usize, f: impl FnOnce() -> R + Send + 'static) -> R {
+    pub fn in_member_ns<R: Send + 'static>(
+        &self,
+        i: usize,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> R {
         self.in_ns(&self.ns(&format!("{}", i + 1)), f)
     }
 
     fn in_ns<R: Send + 'static>(&self, ns: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
+        Self::spawn_in(ns, f)
+            .join()
+            .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    }
+
+    /// Like `in_member_ns`, without waiting: for a client that must stay
+    /// connected while the test changes the network.
+    pub fn spawn_in_member_ns<R: Send + 'static>(
+        &self,
+        i: usize,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> std::thread::JoinHandle<R> {
+        Self::spawn_in(&self.ns(&format!("{}", i + 1)), f)
+    }
+
+    fn spawn_in<R: Send + 'static>(
+        ns: &str,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> std::thread::JoinHandle<R> {
         let path = format!("/var/run/netns/{ns}");
         std::thread::spawn(move || {
             let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
@@ -156,8 +219,6 @@ impl NetnsCluster {
             assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
             f()
         })
-        .join()
-        .unwrap_or_else(|e| std::panic::resume_unwind(e))
     }
 
     pub fn kill9(&mut self, i: usize) {

@@ -381,7 +381,7 @@ async fn watch_resumes_on_another_member_without_gap_or_duplicate() {
     const TOTAL: usize = 600;
     let mut cluster = Cluster::start(3, &[]);
     let writer_ep = cluster.endpoint(1);
-    let start = client(&[writer_ep.clone()])
+    let start = client(std::slice::from_ref(&writer_ep))
         .await
         .put("w/start", "0", None)
         .await

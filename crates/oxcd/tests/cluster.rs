@@ -439,3 +439,28 @@ async fn watch_resumes_on_another_member_without_gap_or_duplicate() {
     assert_eq!(revisions.len(), TOTAL);
     assert_eq!(revisions[0], start);
 }
+
+#[test]
+fn etcdctl_endpoint_status_cluster_shows_one_leader_and_one_term() {
+    let cluster = Cluster::start(3, &[]);
+    for etcdctl in [testkit::ETCD_34.1, testkit::ETCD_35.1] {
+        // A URL endpoint, as operators write it: etcd 3.4's client sends it
+        // whole as the HTTP/2 :authority.
+        let out = std::process::Command::new(etcdctl)
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &cluster.endpoint(0), "endpoint", "status", "--cluster", "-w", "json"])
+            .output()
+            .unwrap_or_else(|e| panic!("{etcdctl}: {e}"));
+        assert!(out.status.success(), "{etcdctl}: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8(out.stdout).unwrap();
+        let statuses: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        let statuses = statuses.as_array().unwrap();
+        assert_eq!(statuses.len(), 3, "{text}");
+        let leaders: Vec<u64> = statuses.iter().map(|s| s["Status"]["leader"].as_u64().unwrap()).collect();
+        let terms: Vec<u64> = statuses.iter().map(|s| s["Status"]["raftTerm"].as_u64().unwrap()).collect();
+        assert!(leaders.iter().all(|l| *l == leaders[0] && *l != 0), "{text}");
+        assert!(terms.iter().all(|t| *t == terms[0]), "{text}");
+        let ids: Vec<u64> = statuses.iter().map(|s| s["Status"]["header"]["member_id"].as_u64().unwrap()).collect();
+        assert_eq!(ids.iter().filter(|id| **id == leaders[0]).count(), 1, "{text}");
+    }
+}

@@ -380,10 +380,13 @@ async fn watch_resumes_on_another_member_without_gap_or_duplicate() {
     use etcd_client::WatchOptions;
     const TOTAL: usize = 600;
     let mut cluster = Cluster::start(3, &[]);
-    let writer_ep = cluster.endpoint(1);
+    // Write through the leader, watch on a follower, resume on the third.
+    let writing = leader(&cluster).await;
+    let (watched, resumed) = ((writing + 1) % 3, (writing + 2) % 3);
+    let writer_ep = cluster.endpoint(writing);
     let start = client(std::slice::from_ref(&writer_ep))
         .await
-        .put("w/start", "0", None)
+        .put("w/0000", "v", None)
         .await
         .unwrap()
         .header()
@@ -391,12 +394,19 @@ async fn watch_resumes_on_another_member_without_gap_or_duplicate() {
         .revision();
     let writer = tokio::spawn(async move {
         let mut c = client(&[writer_ep]).await;
+        let mut last = 0;
         for i in 1..TOTAL {
-            c.put(format!("w/{i:04}"), "v", None).await.unwrap();
+            last = c
+                .put(format!("w/{i:04}"), "v", None)
+                .await
+                .unwrap()
+                .header()
+                .unwrap()
+                .revision();
         }
+        last
     });
-    // Watch on member 0 from the first write, kill it mid-stream.
-    let mut watcher = client(&[cluster.endpoint(0)]).await;
+    let mut watcher = client(&[cluster.endpoint(watched)]).await;
     let mut stream = watcher
         .watch(
             "w/",
@@ -409,11 +419,12 @@ async fn watch_resumes_on_another_member_without_gap_or_duplicate() {
         collect_events(&mut stream, &mut seen, TOTAL / 3).await,
         "no events before the kill"
     );
-    cluster.kill9(0);
+    // Kill the watched member mid-stream; take what it had sent.
+    cluster.kill9(watched);
     collect_events(&mut stream, &mut seen, TOTAL).await;
     let last = seen.last().map(|e| e.0).unwrap();
-    // Resume on member 2 from the last revision seen + 1.
-    let mut other = client(&[cluster.endpoint(2)]).await;
+    // Resume on another member from the last revision seen + 1.
+    let mut other = client(&[cluster.endpoint(resumed)]).await;
     let mut stream = other
         .watch(
             "w/",
@@ -430,14 +441,16 @@ async fn watch_resumes_on_another_member_without_gap_or_duplicate() {
         "got {} of {TOTAL} events",
         seen.len()
     );
-    writer.await.unwrap();
+    let final_revision = writer.await.unwrap();
     let revisions: Vec<i64> = seen.iter().map(|e| e.0).collect();
     assert!(
         revisions.windows(2).all(|w| w[1] == w[0] + 1),
         "a gap or a duplicate: {revisions:?}"
     );
-    assert_eq!(revisions.len(), TOTAL);
-    assert_eq!(revisions[0], start);
+    assert_eq!(
+        (revisions[0], *revisions.last().unwrap()),
+        (start, final_revision)
+    );
 }
 
 #[test]
@@ -448,19 +461,47 @@ fn etcdctl_endpoint_status_cluster_shows_one_leader_and_one_term() {
         // whole as the HTTP/2 :authority.
         let out = std::process::Command::new(etcdctl)
             .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &cluster.endpoint(0), "endpoint", "status", "--cluster", "-w", "json"])
+            .args([
+                "--endpoints",
+                &cluster.endpoint(0),
+                "endpoint",
+                "status",
+                "--cluster",
+                "-w",
+                "json",
+            ])
             .output()
             .unwrap_or_else(|e| panic!("{etcdctl}: {e}"));
-        assert!(out.status.success(), "{etcdctl}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{etcdctl}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let text = String::from_utf8(out.stdout).unwrap();
         let statuses: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
         let statuses = statuses.as_array().unwrap();
         assert_eq!(statuses.len(), 3, "{text}");
-        let leaders: Vec<u64> = statuses.iter().map(|s| s["Status"]["leader"].as_u64().unwrap()).collect();
-        let terms: Vec<u64> = statuses.iter().map(|s| s["Status"]["raftTerm"].as_u64().unwrap()).collect();
-        assert!(leaders.iter().all(|l| *l == leaders[0] && *l != 0), "{text}");
+        let leaders: Vec<u64> = statuses
+            .iter()
+            .map(|s| s["Status"]["leader"].as_u64().unwrap())
+            .collect();
+        let terms: Vec<u64> = statuses
+            .iter()
+            .map(|s| s["Status"]["raftTerm"].as_u64().unwrap())
+            .collect();
+        assert!(
+            leaders.iter().all(|l| *l == leaders[0] && *l != 0),
+            "{text}"
+        );
         assert!(terms.iter().all(|t| *t == terms[0]), "{text}");
-        let ids: Vec<u64> = statuses.iter().map(|s| s["Status"]["header"]["member_id"].as_u64().unwrap()).collect();
-        assert_eq!(ids.iter().filter(|id| **id == leaders[0]).count(), 1, "{text}");
+        let ids: Vec<u64> = statuses
+            .iter()
+            .map(|s| s["Status"]["header"]["member_id"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            ids.iter().filter(|id| **id == leaders[0]).count(),
+            1,
+            "{text}"
+        );
     }
 }

@@ -536,6 +536,9 @@ impl Node {
             if !msgs.is_empty() {
                 self.transport.send(msgs);
             }
+            // Publish the commit index before the apply side can apply up
+            // to it: applied must never be seen ahead of committed.
+            self.publish_status();
             self.deliver(committed)?;
             self.deliver(light.take_committed_entries())?;
         }

@@ -1,34 +1,15 @@
 //! The KV API through a real client (the `etcd-client` crate), against an
 //! in-process member on loopback: etcd's semantics and etcd's errors.
 
+mod common;
+use common::member;
+
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
-    TxnOp,
+    Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
 };
-use server::ServerConfig;
 use tonic::Code;
-
-async fn member(
-    dir: &std::path::Path,
-    tweak: impl FnOnce(&mut ServerConfig),
-) -> (server::RunningMember, Client) {
-    let mut cfg = ServerConfig {
-        data_dir: dir.to_path_buf(),
-        listen_client_urls: vec!["http://127.0.0.1:0".into()],
-        listen_peer_urls: vec!["http://127.0.0.1:0".into()],
-        ..Default::default()
-    };
-    tweak(&mut cfg);
-    let m = server::start(cfg).await.expect("member starts");
-    tokio::time::timeout(Duration::from_secs(30), m.ready())
-        .await
-        .expect("member becomes ready");
-    let endpoint = format!("http://{}", m.client_addrs()[0]);
-    let client = Client::connect([endpoint], None).await.expect("connect");
-    (m, client)
-}
 
 fn status_of(e: etcd_client::Error) -> (Code, String) {
     match e {

@@ -1,41 +1,18 @@
 //! The Watch API through a real client (the `etcd-client` crate), against an
 //! in-process member on loopback: etcd 3.5's watch semantics.
 
+mod common;
+use common::endpoint;
+use common::member;
+
 use std::time::Duration;
 
 use etcd_client::{
     Client, Compare, CompareOp, EventType, PutOptions, Txn, TxnOp, WatchFilterType, WatchOptions,
     WatchResponse, WatchStream,
 };
-use server::ServerConfig;
 
 const DEADLINE: Duration = Duration::from_secs(20);
-
-async fn member(
-    dir: &std::path::Path,
-    tweak: impl FnOnce(&mut ServerConfig),
-) -> (server::RunningMember, Client) {
-    let mut cfg = ServerConfig {
-        data_dir: dir.to_path_buf(),
-        listen_client_urls: vec!["http://127.0.0.1:0".into()],
-        // Tests run in parallel: no member may take the default peer port.
-        listen_peer_urls: vec!["http://127.0.0.1:0".into()],
-        ..Default::default()
-    };
-    tweak(&mut cfg);
-    let m = server::start(cfg).await.expect("member starts");
-    tokio::time::timeout(Duration::from_secs(30), m.ready())
-        .await
-        .expect("member becomes ready");
-    let client = Client::connect([endpoint(&m)], None)
-        .await
-        .expect("connect");
-    (m, client)
-}
-
-fn endpoint(m: &server::RunningMember) -> String {
-    format!("http://{}", m.client_addrs()[0])
-}
 
 async fn next(stream: &mut WatchStream) -> WatchResponse {
     tokio::time::timeout(DEADLINE, stream.message())

@@ -1,10 +1,11 @@
 //! 1,000 watchers of one prefix and a concurrent writer: every watcher gets
 //! every event exactly once, in revision order (etcd's watch guarantee).
 
+mod common;
+
 use std::time::Duration;
 
-use etcd_client::{Client, TxnOp, WatchOptions};
-use server::ServerConfig;
+use etcd_client::{TxnOp, WatchOptions};
 
 const STREAMS: usize = 100;
 const WATCHERS_PER_STREAM: usize = 10;
@@ -13,19 +14,7 @@ const WRITES: usize = 150;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousand_watchers_of_one_prefix_get_every_event_once_in_order() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = ServerConfig {
-        data_dir: dir.path().to_path_buf(),
-        listen_client_urls: vec!["http://127.0.0.1:0".into()],
-        // Tests run in parallel: no member may take the default peer port.
-        listen_peer_urls: vec!["http://127.0.0.1:0".into()],
-        ..Default::default()
-    };
-    let m = server::start(cfg).await.expect("member starts");
-    tokio::time::timeout(Duration::from_secs(30), m.ready())
-        .await
-        .expect("ready");
-    let endpoint = format!("http://{}", m.client_addrs()[0]);
-    let client = Client::connect([endpoint.clone()], None).await.unwrap();
+    let (m, client) = common::member(dir.path(), |_| {}).await;
 
     // Some history before the watchers: half of them start in the past.
     let mut writer = client.clone();

@@ -381,7 +381,24 @@ async fn status_and_member_list_describe_this_member() {
     assert_eq!(s.version(), "3.5.13");
     assert_eq!(s.leader(), s.header().unwrap().member_id());
     assert!(s.db_size() > 0);
-    assert_eq!(s.raft_index(), s.raft_applied_index());
+    assert!(
+        s.raft_applied_index() <= s.raft_index(),
+        "applied ahead of committed"
+    );
+    // The member's own publish entry may still be in flight: the applied
+    // index catches up with the committed one.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = c.status().await.unwrap();
+        if s.raft_index() == s.raft_applied_index() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "applied never reached committed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let list = c.member_list().await.unwrap();
     assert_eq!(list.members().len(), 1);
     assert_eq!(list.members()[0].name(), "default");

@@ -15,6 +15,7 @@ pub mod checks;
 pub mod config;
 pub mod errors;
 pub mod etcdserver;
+pub mod grpc_compat;
 pub mod logutil;
 pub mod membership;
 pub mod snapshot;

@@ -517,6 +517,9 @@ async fn serve_clients(
         .max_concurrent_streams(server.cfg.max_concurrent_streams)
         .http2_keepalive_interval(Some(Duration::from_secs(2 * 60 * 60)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .layer(tower::util::MapResponseLayer::new(
+            crate::grpc_compat::rewrite_oversized_request,
+        ))
         .add_service(kv)
         .add_service(maintenance)
         .add_service(cluster)

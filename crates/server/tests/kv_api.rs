@@ -462,3 +462,25 @@ async fn restart_ignores_bootstrap_flags() {
     assert_eq!(c.get("a", None).await.unwrap().kvs()[0].value(), b"1");
     m.stop().await;
 }
+
+#[tokio::test]
+async fn a_request_beyond_the_grpc_limit_gets_grpc_gos_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    // The gRPC limit is --max-request-bytes + 512 KiB, as etcd's.
+    let (m, mut c) = member(dir.path(), |cfg| cfg.max_request_bytes = 64 * 1024).await;
+    let e = status_of(
+        c.put("huge", vec![0u8; 1024 * 1024], None)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.0, Code::ResourceExhausted);
+    assert!(
+        e.1.starts_with("grpc: received message larger than max (")
+            && e.1.ends_with(" vs. 589824)"),
+        "{}",
+        e.1
+    );
+    // The member goes on serving.
+    c.put("small", "v", None).await.unwrap();
+    m.stop().await;
+}

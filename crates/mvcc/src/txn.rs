@@ -41,6 +41,15 @@ struct Branch {
     nested: Vec<Branch>,
 }
 
+/// The ops of the branch a txn takes.
+fn branch_ops(req: &TxnRequest, succeeded: bool) -> &[RequestOp] {
+    if succeeded {
+        &req.success
+    } else {
+        &req.failure
+    }
+}
+
 /// One write transaction. Every change gets main revision `begin + 1` and
 /// increasing sub revisions. Changes are visible to other readers only after
 /// `end`; dropping it without `end` undoes them.
@@ -292,11 +301,7 @@ impl<'s> TxnWrite<'s> {
                 break;
             }
         }
-        let ops = if succeeded {
-            &req.success
-        } else {
-            &req.failure
-        };
+        let ops = branch_ops(req, succeeded);
         let mut nested = Vec::new();
         for op in ops {
             if let Some(request_op::Request::RequestTxn(inner)) = &op.request {
@@ -349,11 +354,7 @@ impl<'s> TxnWrite<'s> {
         branch: &Branch,
         view: i64,
     ) -> Result<(), MvccError> {
-        let ops = if branch.succeeded {
-            &req.success
-        } else {
-            &req.failure
-        };
+        let ops = branch_ops(req, branch.succeeded);
         let mut nested = branch.nested.iter();
         for op in ops {
             match &op.request {
@@ -380,11 +381,7 @@ impl<'s> TxnWrite<'s> {
     }
 
     fn apply_txn(&mut self, req: &TxnRequest, branch: &Branch) -> Result<TxnResponse, MvccError> {
-        let ops = if branch.succeeded {
-            &req.success
-        } else {
-            &req.failure
-        };
+        let ops = branch_ops(req, branch.succeeded);
         let mut nested = branch.nested.iter();
         let mut responses = Vec::with_capacity(ops.len());
         for op in ops {
@@ -501,11 +498,7 @@ fn check_ranges(
     view: i64,
     compacted: i64,
 ) -> Result<(), MvccError> {
-    let ops = if branch.succeeded {
-        &req.success
-    } else {
-        &req.failure
-    };
+    let ops = branch_ops(req, branch.succeeded);
     let mut nested = branch.nested.iter();
     for op in ops {
         match &op.request {

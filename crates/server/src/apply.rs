@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use api::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeResponse, InternalRaftRequest, PutRequest,
-    PutResponse, ResponseHeader, TxnRequest, TxnResponse,
+    CompactionRequest, CompactionResponse, DeleteRangeResponse, InternalRaftRequest,
+    LeaseGrantResponse, LeaseRevokeResponse, PutRequest, PutResponse, ResponseHeader, TxnRequest,
+    TxnResponse,
 };
 use api::rpctypes::{self, EtcdError};
 use consensus::{CommittedBatch, RaftHandle};
@@ -35,6 +36,9 @@ pub enum ApplyResponse {
     DeleteRange(DeleteRangeResponse),
     Txn(TxnResponse),
     Compaction(CompactionResponse),
+    LeaseGrant(LeaseGrantResponse),
+    LeaseRevoke(LeaseRevokeResponse),
+    LeaseCheckpoint,
     MemberAttrSet,
 }
 

@@ -187,6 +187,30 @@ impl EtcdServer {
         }
     }
 
+    /// Grants a lease through raft (etcd's EtcdServer.LeaseGrant): an ID of
+    /// 0 asks the member to choose a positive one.
+    pub async fn lease_grant(
+        &self,
+        mut req: api::etcdserverpb::LeaseGrantRequest,
+    ) -> Result<api::etcdserverpb::LeaseGrantResponse, EtcdError> {
+        while req.id == 0 {
+            req.id = (self.request_ids.next() & ((1 << 63) - 1)) as i64;
+        }
+        match self
+            .propose(InternalRaftRequest {
+                lease_grant: Some(req),
+                ..Default::default()
+            })
+            .await?
+        {
+            ApplyResponse::LeaseGrant(mut resp) => {
+                self.fill_header(&mut resp.header);
+                Ok(resp)
+            }
+            _ => Err(rpctypes::NOT_CAPABLE),
+        }
+    }
+
     pub fn applied_index(&self) -> u64 {
         *self.applied.borrow()
     }

@@ -14,6 +14,8 @@ use api::etcdserverpb::kv_server::KvServer;
 use api::etcdserverpb::maintenance_server::MaintenanceServer;
 use api::etcdserverpb::watch_server::WatchServer;
 use api::etcdserverpb::{Attributes, ClusterMemberAttrSetRequest, InternalRaftRequest};
+use api::v3electionpb::election_server::ElectionServer;
+use api::v3lockpb::lock_server::LockServer;
 use consensus::transport::{PeerService, PeerTransport};
 use consensus::{RaftConfig, Transport};
 use mvcc::Store;
@@ -26,7 +28,10 @@ use crate::etcdserver::EtcdServer;
 use crate::membership::{self, ClusterMembers, Member as MemberInfo};
 use crate::snapshot::BackendSnapshots;
 use crate::v3rpc::cluster::ClusterService;
+use crate::v3rpc::concurrency::LocalClient;
+use crate::v3rpc::election::ElectionService;
 use crate::v3rpc::kv::KvService;
+use crate::v3rpc::lock::LockService;
 use crate::v3rpc::maintenance::{MaintenanceService, CLUSTER_VERSION, ETCD_VERSION};
 use crate::v3rpc::watch::WatchService;
 use crate::wait::Wait;
@@ -510,6 +515,13 @@ async fn serve_clients(
     let watch = WatchServer::new(WatchService::new(server.clone(), shutdown.clone()))
         .max_decoding_message_size(max_request)
         .max_encoding_message_size(usize::MAX);
+    let own_client = LocalClient::new(server.clone(), shutdown.clone());
+    let election = ElectionServer::new(ElectionService::new(own_client.clone()))
+        .max_decoding_message_size(max_request)
+        .max_encoding_message_size(usize::MAX);
+    let lock = LockServer::new(LockService::new(own_client))
+        .max_decoding_message_size(max_request)
+        .max_encoding_message_size(usize::MAX);
     // Without TCP_NODELAY small responses wait for delayed ACKs (~40 ms).
     // tonic's own nodelay setting applies only to listeners it binds.
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
@@ -524,6 +536,8 @@ async fn serve_clients(
         .add_service(maintenance)
         .add_service(cluster)
         .add_service(watch)
+        .add_service(election)
+        .add_service(lock)
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
         })

@@ -1,9 +1,14 @@
 //! gRPC services: request checks, the require-leader rule, and the mapping
 //! of every failure to etcd's code and message. Services not built yet are
-//! not registered, so gRPC answers `Unimplemented` for them.
+//! not registered, so gRPC answers `Unimplemented` for them. Election and
+//! Lock run clientv3's concurrency recipes on the member's own services
+//! (`concurrency`), as etcd's v3election and v3lock do.
 
 pub mod cluster;
+pub mod concurrency;
+pub mod election;
 pub mod kv;
+pub mod lock;
 pub mod maintenance;
 pub mod watch;
 

@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod kv;
+pub mod lease;
 pub mod maintenance;
 pub mod watch;
 

@@ -208,6 +208,15 @@ pub(crate) struct Shared {
     pub stop_wake: Notify,
     pub status: parking_lot::Mutex<RaftStatus>,
     pub wal_syncs: AtomicU64,
+    /// (is leader, term), sent when either changes.
+    pub role: tokio::sync::watch::Sender<Role>,
+}
+
+/// Whether this member leads, and in which term.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Role {
+    pub is_leader: bool,
+    pub term: u64,
 }
 
 struct HandleInner {
@@ -252,6 +261,7 @@ pub fn start_with_options(
             ..Default::default()
         }),
         wal_syncs: AtomicU64::new(0),
+        role: tokio::sync::watch::channel(Role::default()).0,
     });
     let node = node::Node::load(
         &cfg,
@@ -362,6 +372,12 @@ impl RaftHandle {
     /// The status published after the last Ready; no round trip.
     pub fn status(&self) -> RaftStatus {
         self.inner.shared.status.lock().clone()
+    }
+
+    /// Follows leadership: changes when this member becomes or stops being
+    /// leader, or the term moves.
+    pub fn subscribe_role(&self) -> tokio::sync::watch::Receiver<Role> {
+        self.inner.shared.role.subscribe()
     }
 
     /// fdatasync calls the WAL has made since start (for metrics and tests).

@@ -656,7 +656,16 @@ impl Node {
             is_leader: raft.state == StateRole::Leader,
             leader_changes: self.leader_changes,
         };
+        let role = crate::Role {
+            is_leader: status.is_leader,
+            term: status.term,
+        };
         *self.shared.status.lock() = status;
+        self.shared.role.send_if_modified(|current| {
+            let changed = *current != role;
+            *current = role;
+            changed
+        });
     }
 
     fn shutdown(mut self) {

@@ -63,8 +63,10 @@
 //! | `finishedCompactRev` | i64 big-endian: last compaction whose deletions are in the file |
 //! | `mvcc_format_version` | u32 big-endian: 1 |
 //!
-//! Other tables (lease, auth, members, alarm) may be added by the server's
-//! own crates in the same file later; this crate reads only these two.
+//! Side tables `members`, `lease` and `alarm` (`u64` → `&[u8]`, see
+//! [`SideTable`]) hold records the server encodes (a member, a
+//! `leasepb.Lease`, an alarm); mvcc stores them in the same transaction as
+//! the consistent index of the entry that changed them and never reads them.
 //!
 //! # Invariants
 //!
@@ -98,7 +100,7 @@ pub mod watch;
 mod watch_group;
 mod watch_sync;
 
-pub use backend::{scan_key_value, KeyValueFields};
+pub use backend::{scan_key_value, KeyValueFields, SideTable};
 pub use revision::{Revision, RevisionKey};
 pub use store::{LeaseLookup, Store};
 pub use txn::{is_txn_read_only, TxnWrite, WriteResult};

@@ -1,7 +1,7 @@
 //! Backend snapshots for raft: a consistent copy of the store for a
 //! follower that is too far behind, and installing such a copy in place.
 //!
-//! Both are logical copies of the tables (key, meta, members) between redb
+//! Both are logical copies of the tables (key, meta and the side tables) between redb
 //! files, so the live `Database` handle never changes and a copy is a
 //! cleanly closed redb file. A backup is taken from one read transaction:
 //! it holds exactly the state of one consistent index (stored with it).
@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
-use crate::backend::{self, backend_error, KEY_TABLE, MEMBERS_TABLE, META_TABLE};
+use crate::backend::{self, backend_error, SideTable, KEY_TABLE, META_TABLE};
 use crate::store::{IndexState, Pending, INITIAL_REVISION, NO_COMPACTION};
 use crate::{MvccError, Store};
 
@@ -41,7 +41,9 @@ where
 fn copy_all(from: &redb::ReadTransaction, to: &redb::WriteTransaction) -> Result<(), MvccError> {
     copy_table(from, to, KEY_TABLE)?;
     copy_table(from, to, META_TABLE)?;
-    copy_table(from, to, MEMBERS_TABLE)?;
+    for side in SideTable::ALL {
+        copy_table(from, to, side.definition())?;
+    }
     Ok(())
 }
 
@@ -88,7 +90,9 @@ impl Store {
             .map_err(backend_error)?;
         txn.delete_table(KEY_TABLE).map_err(backend_error)?;
         txn.delete_table(META_TABLE).map_err(backend_error)?;
-        txn.delete_table(MEMBERS_TABLE).map_err(backend_error)?;
+        for side in SideTable::ALL {
+            txn.delete_table(side.definition()).map_err(backend_error)?;
+        }
         copy_all(&snapshot, &txn)?;
         txn.commit().map_err(backend_error)?;
         drop(snapshot);
@@ -100,6 +104,7 @@ impl Store {
             current_revision: loaded.current_revision.max(INITIAL_REVISION),
             compact_revision: loaded.compact_revision.max(NO_COMPACTION),
         };
+        *self.loaded_leased_keys.lock() = loaded.leased_keys;
         *self.pending.write() = Pending {
             consistent_index: loaded.consistent_index,
             ..Pending::default()

@@ -11,7 +11,7 @@ use parking_lot::{Mutex, RwLock, RwLockUpgradableReadGuard};
 use prost::Message;
 use redb::{Database, ReadOnlyTable, ReadableDatabase};
 
-use crate::backend::{self, backend_error, Batch, KEY_TABLE};
+use crate::backend::{self, backend_error, Batch, SideTable, KEY_TABLE};
 use crate::key_index::{KeyIndexTree, RangeEnd};
 use crate::range;
 use crate::revision::{Revision, RevisionKey};
@@ -40,8 +40,8 @@ pub(crate) struct Pending {
     /// Records dropped by compaction, deleted at the next commit.
     pub deletions: Vec<RevisionKey>,
     pub compact_revision: Option<i64>,
-    /// Member records changed since the last commit (None: removed).
-    pub members: BTreeMap<u64, Option<Vec<u8>>>,
+    /// Side-table records changed since the last commit (None: removed).
+    pub side: BTreeMap<(SideTable, u64), Option<Vec<u8>>>,
     pub consistent_index: u64,
     /// The consistent index (or anything else) differs from the file.
     pub dirty: bool,
@@ -65,6 +65,8 @@ pub struct Store {
     pub(crate) lease_lookup: RwLock<Option<LeaseLookup>>,
     /// Watchers, notified by `TxnWrite::end` (see [`crate::watch`]).
     pub(crate) watch: crate::watch::WatchHub,
+    /// Leased live keys found by the last load, until the lessor takes them.
+    pub(crate) loaded_leased_keys: Mutex<Vec<(Bytes, i64)>>,
 }
 
 /// The lessor's answer to "does lease N exist?".
@@ -94,6 +96,7 @@ impl Store {
             durable_consistent_index: AtomicU64::new(loaded.consistent_index),
             size_in_use: AtomicI64::new(size),
             lease_lookup: RwLock::new(None),
+            loaded_leased_keys: Mutex::new(loaded.leased_keys),
             events_prev_kv: AtomicBool::new(true),
             watch: crate::watch::WatchHub::default(),
         })
@@ -180,21 +183,55 @@ impl Store {
     /// apply of raft entry `consistent_index`: it reaches the file in the
     /// same transaction as that index.
     pub fn put_member(&self, id: u64, record: Option<Vec<u8>>, consistent_index: u64) {
-        let _writer = self.writer.lock();
-        self.pending.write().members.insert(id, record);
-        self.record_consistent_index(consistent_index);
+        self.put_side(SideTable::Members, id, record, consistent_index);
     }
 
     /// Every member record: the file's, with applied-but-uncommitted changes.
     pub fn members(&self) -> Result<BTreeMap<u64, Vec<u8>>, MvccError> {
-        let mut members = backend::load_members(&self.db)?;
-        for (id, record) in &self.pending.read().members {
+        self.side_records(SideTable::Members)
+    }
+
+    /// Writes (or with None removes) a record of a side table as part of the
+    /// apply of raft entry `consistent_index`: it reaches the file in the
+    /// same transaction as that index.
+    pub fn put_side(
+        &self,
+        side: SideTable,
+        id: u64,
+        record: Option<Vec<u8>>,
+        consistent_index: u64,
+    ) {
+        let _writer = self.writer.lock();
+        self.stage_side(side, id, record);
+        self.record_consistent_index(consistent_index);
+    }
+
+    /// Stages a side-table change without recording an index: for changes
+    /// made together with a write transaction whose `end` records it.
+    pub fn stage_side(&self, side: SideTable, id: u64, record: Option<Vec<u8>>) {
+        let mut pending = self.pending.write();
+        pending.side.insert((side, id), record);
+        pending.dirty = true;
+    }
+
+    /// Every record of a side table: the file's, with applied-but-uncommitted
+    /// changes.
+    pub fn side_records(&self, side: SideTable) -> Result<BTreeMap<u64, Vec<u8>>, MvccError> {
+        let mut records = backend::load_side(&self.db, side)?;
+        let pending = self.pending.read();
+        for ((_, id), record) in pending.side.range((side, 0)..=(side, u64::MAX)) {
             match record {
-                Some(bytes) => members.insert(*id, bytes.clone()),
-                None => members.remove(id),
+                Some(bytes) => records.insert(*id, bytes.clone()),
+                None => records.remove(id),
             };
         }
-        Ok(members)
+        Ok(records)
+    }
+
+    /// The live keys with a lease as the last open (or snapshot install)
+    /// found them; taken once by the lessor when it rebuilds.
+    pub fn take_loaded_leased_keys(&self) -> Vec<(Bytes, i64)> {
+        std::mem::take(&mut *self.loaded_leased_keys.lock())
     }
 
     /// Begins the one write transaction; blocks while another is alive, so
@@ -260,7 +297,7 @@ impl Store {
             && pending.records.is_empty()
             && pending.deletions.is_empty()
             && pending.compact_revision.is_none()
-            && pending.members.is_empty();
+            && pending.side.is_empty();
         if nothing_pending && (!durable || self.durable_consistent_index() == consistent_index) {
             return Ok(());
         }
@@ -271,7 +308,7 @@ impl Store {
                 deletions: &pending.deletions,
                 consistent_index,
                 compact_revision: pending.compact_revision,
-                members: &pending.members,
+                side: &pending.side,
                 durable,
             },
         )?;
@@ -280,7 +317,7 @@ impl Store {
         pending.records.clear();
         pending.deletions.clear();
         pending.compact_revision = None;
-        pending.members.clear();
+        pending.side.clear();
         pending.dirty = false;
         drop(pending);
         self.size_in_use.store(in_use, Ordering::Relaxed);

@@ -99,6 +99,20 @@ struct Flags {
         value_parser = parse_go_duration
     )]
     experimental_watch_progress_notify_interval: Duration,
+    /// Enable leader to send regular checkpoints to other members to prevent reset of remaining TTL on leader change.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_ENABLE_LEASE_CHECKPOINT", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    experimental_enable_lease_checkpoint: bool,
+    /// Enable persisting remainingTTL to prevent indefinite auto-renewal of long lived leases (oxcd always persists checkpoints).
+    #[arg(long, env = "ETCD_EXPERIMENTAL_ENABLE_LEASE_CHECKPOINT_PERSIST", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    experimental_enable_lease_checkpoint_persist: bool,
+    /// Duration of time between two lease checkpoints (Go duration).
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_LEASE_CHECKPOINT_INTERVAL",
+        default_value = "5m0s",
+        value_parser = parse_go_duration
+    )]
+    experimental_lease_checkpoint_interval: Duration,
     /// Configures log level. Only supports debug, info, warn, error, panic, or fatal.
     #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
     log_level: String,
@@ -230,6 +244,10 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
             Some(flags.max_concurrent_streams)
         },
         watch_progress_notify_interval: flags.experimental_watch_progress_notify_interval,
+        lease_checkpoint_interval: (flags.experimental_enable_lease_checkpoint
+            || flags.experimental_enable_lease_checkpoint_persist)
+            .then_some(flags.experimental_lease_checkpoint_interval)
+            .filter(|interval| !interval.is_zero()),
     })
 }
 

@@ -8,21 +8,23 @@
 //! only right after a durable commit that covers it.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use api::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeResponse, InternalRaftRequest,
-    LeaseGrantResponse, LeaseRevokeResponse, PutRequest, PutResponse, ResponseHeader, TxnRequest,
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
+    InternalRaftRequest, LeaseCheckpointRequest, LeaseGrantRequest, LeaseGrantResponse,
+    LeaseRevokeRequest, LeaseRevokeResponse, PutRequest, PutResponse, ResponseHeader, TxnRequest,
     TxnResponse,
 };
 use api::rpctypes::{self, EtcdError};
 use consensus::{CommittedBatch, RaftHandle};
-use mvcc::Store;
+use mvcc::{SideTable, Store, TxnWrite};
 use prost::Message;
 use raft::eraftpb::{Entry, EntryType};
 use tokio::sync::{mpsc, watch};
 
 use crate::errors;
+use crate::lease::Lessor;
 use crate::membership::{encode_member, ClusterMembers};
 use crate::wait::Wait;
 
@@ -51,6 +53,7 @@ pub struct Applier {
     pub applied: watch::Sender<u64>,
     pub snapshot_count: u64,
     pub members: Arc<ClusterMembers>,
+    pub lessor: Arc<Lessor>,
 }
 
 impl Applier {
@@ -148,6 +151,10 @@ impl Applier {
                 .filter_map(|b| crate::membership::decode_member(b))
                 .collect(),
         );
+        if let Err(e) = crate::startup::recover_lessor(&self.lessor, &self.store) {
+            tracing::error!(index, error = %e, "failed to rebuild leases from the database snapshot; exiting");
+            std::process::exit(1);
+        }
         let applied = self.store.consistent_index().max(index);
         tracing::info!(
             index,
@@ -185,12 +192,23 @@ impl Applier {
             return self.apply_put(&put, index).map(ApplyResponse::Put);
         }
         if let Some(delete) = request.delete_range {
-            let mut w = self.store.write(index);
-            let result = w.delete_range(&delete);
-            w.end();
-            return result
-                .map(ApplyResponse::DeleteRange)
-                .map_err(|e| errors::from_mvcc(&e));
+            return self
+                .write(index, |w| w.delete_range(&delete))
+                .map(ApplyResponse::DeleteRange);
+        }
+        if let Some(grant) = request.lease_grant {
+            return self
+                .apply_lease_grant(&grant, index)
+                .map(ApplyResponse::LeaseGrant);
+        }
+        if let Some(revoke) = request.lease_revoke {
+            return self
+                .apply_lease_revoke(&revoke, index)
+                .map(ApplyResponse::LeaseRevoke);
+        }
+        if let Some(checkpoint) = request.lease_checkpoint {
+            self.apply_lease_checkpoint(&checkpoint, index);
+            return Ok(ApplyResponse::LeaseCheckpoint);
         }
         if let Some(txn) = request.txn {
             return self.apply_txn(&txn, index).map(ApplyResponse::Txn);
@@ -225,17 +243,93 @@ impl Applier {
     }
 
     fn apply_put(&self, put: &PutRequest, index: u64) -> Result<PutResponse, EtcdError> {
-        let mut w = self.store.write(index);
-        let result = w.put(put);
-        w.end();
-        result.map_err(|e| errors::from_mvcc(&e))
+        self.write(index, |w| w.put(put))
     }
 
     fn apply_txn(&self, txn: &TxnRequest, index: u64) -> Result<TxnResponse, EtcdError> {
+        self.write(index, |w| w.txn(txn))
+    }
+
+    /// One write transaction; its events attach and detach leased keys.
+    fn write<T>(
+        &self,
+        index: u64,
+        op: impl FnOnce(&mut TxnWrite<'_>) -> Result<T, mvcc::MvccError>,
+    ) -> Result<T, EtcdError> {
         let mut w = self.store.write(index);
-        let result = w.txn(txn);
-        w.end();
+        let result = op(&mut w);
+        let written = w.end();
+        self.lessor.on_events(&written.events);
         result.map_err(|e| errors::from_mvcc(&e))
+    }
+
+    fn apply_lease_grant(
+        &self,
+        req: &LeaseGrantRequest,
+        index: u64,
+    ) -> Result<LeaseGrantResponse, EtcdError> {
+        match self.lessor.grant(req.id, req.ttl, Instant::now()) {
+            Ok((ttl, record)) => {
+                self.store
+                    .put_side(SideTable::Leases, req.id as u64, Some(record), index);
+                Ok(LeaseGrantResponse {
+                    header: None,
+                    id: req.id,
+                    ttl,
+                    error: String::new(),
+                })
+            }
+            Err(e) => {
+                self.store.set_consistent_index(index);
+                Err(e)
+            }
+        }
+    }
+
+    /// Deletes every key of the lease in one revision (in key order, as
+    /// etcd) and the lease record in the same batch.
+    fn apply_lease_revoke(
+        &self,
+        req: &LeaseRevokeRequest,
+        index: u64,
+    ) -> Result<LeaseRevokeResponse, EtcdError> {
+        let Some(keys) = self.lessor.keys_to_revoke(req.id) else {
+            self.store.set_consistent_index(index);
+            return Err(rpctypes::LEASE_NOT_FOUND);
+        };
+        let mut w = self.store.write(index);
+        for key in keys {
+            let deleted = w.delete_range(&DeleteRangeRequest {
+                key,
+                ..Default::default()
+            });
+            if let Err(e) = deleted {
+                // Only a backend failure gets here; nothing was published.
+                drop(w);
+                self.store.set_consistent_index(index);
+                return Err(errors::from_mvcc(&e));
+            }
+        }
+        self.store
+            .stage_side(SideTable::Leases, req.id as u64, None);
+        let written = w.end();
+        self.lessor.remove(req.id);
+        self.lessor.on_events(&written.events);
+        Ok(LeaseRevokeResponse {
+            header: Some(ResponseHeader {
+                revision: written.revision,
+                ..Default::default()
+            }),
+        })
+    }
+
+    fn apply_lease_checkpoint(&self, req: &LeaseCheckpointRequest, index: u64) {
+        let records = self.lessor.checkpoint(&req.checkpoints, Instant::now());
+        for (id, record) in records {
+            self.store
+                .put_side(SideTable::Leases, id as u64, Some(record), index);
+        }
+        self.store.set_consistent_index(index);
     }
 
     fn apply_compaction(

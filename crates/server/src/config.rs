@@ -35,6 +35,10 @@ pub struct ServerConfig {
     /// with the current revision (etcd's
     /// --experimental-watch-progress-notify-interval; 0 disables).
     pub watch_progress_notify_interval: Duration,
+    /// How often the leader checkpoints remaining lease TTLs through raft
+    /// (etcd's --experimental-lease-checkpoint-interval, used when
+    /// --experimental-enable-lease-checkpoint is set); None: no checkpoints.
+    pub lease_checkpoint_interval: Option<Duration>,
 }
 
 impl ServerConfig {
@@ -74,6 +78,7 @@ impl Default for ServerConfig {
             max_concurrent_streams: None,
             snapshot_catch_up_entries: 5000,
             watch_progress_notify_interval: Duration::from_secs(10 * 60),
+            lease_checkpoint_interval: None,
         }
     }
 }

@@ -3,7 +3,7 @@
 //! answers status. The gRPC services are thin layers over this.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use api::etcdserverpb::{InternalRaftRequest, RequestHeader, ResponseHeader};
@@ -16,6 +16,8 @@ use tokio::sync::watch;
 use crate::apply::{ApplyOutcome, ApplyResponse};
 use crate::config::ServerConfig;
 use crate::errors;
+use crate::lease::driver::LeaseForwarder;
+use crate::lease::Lessor;
 use crate::membership::{ClusterMembers, Member};
 use crate::wait::Wait;
 
@@ -38,6 +40,10 @@ pub struct EtcdServer {
     pub(crate) wait: Arc<Wait<ApplyOutcome>>,
     pub(crate) applied: watch::Receiver<u64>,
     request_ids: RequestIdGenerator,
+    pub lessor: Arc<Lessor>,
+    pub(crate) lease_forwarder: LeaseForwarder,
+    /// This server's own Arc, for background work it starts.
+    pub(crate) me: Weak<EtcdServer>,
 }
 
 impl EtcdServer {
@@ -51,6 +57,8 @@ impl EtcdServer {
         cluster_id: u64,
         wait: Arc<Wait<ApplyOutcome>>,
         applied: watch::Receiver<u64>,
+        lessor: Arc<Lessor>,
+        me: Weak<EtcdServer>,
     ) -> EtcdServer {
         let request_ids = RequestIdGenerator::new(member.id);
         EtcdServer {
@@ -63,6 +71,9 @@ impl EtcdServer {
             wait,
             applied,
             request_ids,
+            lessor,
+            lease_forwarder: LeaseForwarder::default(),
+            me,
         }
     }
 
@@ -170,7 +181,7 @@ impl EtcdServer {
         }
     }
 
-    async fn wait_applied(
+    pub(crate) async fn wait_applied(
         &self,
         index: u64,
         deadline: tokio::time::Instant,

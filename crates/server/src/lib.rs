@@ -16,6 +16,7 @@ pub mod config;
 pub mod errors;
 pub mod etcdserver;
 pub mod grpc_compat;
+pub mod lease;
 pub mod logutil;
 pub mod membership;
 pub mod snapshot;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use api::etcdserverpb::cluster_server::ClusterServer;
 use api::etcdserverpb::kv_server::KvServer;
+use api::etcdserverpb::lease_server::LeaseServer;
 use api::etcdserverpb::maintenance_server::MaintenanceServer;
 use api::etcdserverpb::watch_server::WatchServer;
 use api::etcdserverpb::{Attributes, ClusterMemberAttrSetRequest, InternalRaftRequest};
@@ -25,12 +26,14 @@ use tokio::sync::watch;
 use crate::apply::Applier;
 use crate::config::{ServerConfig, GRPC_OVERHEAD_BYTES};
 use crate::etcdserver::EtcdServer;
+use crate::lease::{self, Lessor};
 use crate::membership::{self, ClusterMembers, Member as MemberInfo};
 use crate::snapshot::BackendSnapshots;
 use crate::v3rpc::cluster::ClusterService;
 use crate::v3rpc::concurrency::LocalClient;
 use crate::v3rpc::election::ElectionService;
 use crate::v3rpc::kv::KvService;
+use crate::v3rpc::lease::LeaseService;
 use crate::v3rpc::lock::LockService;
 use crate::v3rpc::maintenance::{MaintenanceService, CLUSTER_VERSION, ETCD_VERSION};
 use crate::v3rpc::watch::WatchService;
@@ -58,6 +61,13 @@ struct NoPeers;
 
 impl Transport for NoPeers {
     fn send(&self, _msgs: Vec<raft::eraftpb::Message>) {}
+}
+
+/// Rebuilds the lessor from the backend's lease table and leased keys.
+pub(crate) fn recover_lessor(lessor: &Lessor, store: &Store) -> Result<(), StartError> {
+    let records = store.side_records(mvcc::SideTable::Leases)?;
+    lessor.recover(records.into_values(), store.take_loaded_leased_keys());
+    Ok(())
 }
 
 /// A running member.
@@ -344,9 +354,15 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
             .map_err(|e| StartError::Config(format!("backend open task failed: {e}")))??
     };
     let store = Arc::new(store);
-    // Leases arrive with the lease issue; until then none exists, so a put
-    // naming one fails as etcd fails a put with an unknown lease.
-    store.set_lease_lookup(Arc::new(|_lease| false));
+    let lessor = Arc::new(Lessor::new(
+        lease::min_lease_ttl(cfg.heartbeat, cfg.election_timeout),
+        cfg.lease_checkpoint_interval,
+    ));
+    recover_lessor(&lessor, &store)?;
+    {
+        let lessor = lessor.clone();
+        store.set_lease_lookup(Arc::new(move |id| lessor.exists(id)));
+    }
     tracing::info!(path = %backend_path.display(), "consistent-index" = store.consistent_index(),
         revision = store.current_revision(), "opened backend db");
 
@@ -398,22 +414,27 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         applied: applied_tx,
         snapshot_count: cfg.snapshot_count.max(1),
         members: members.clone(),
+        lessor: lessor.clone(),
     };
     let apply_thread = std::thread::Builder::new()
         .name("apply".into())
         .spawn(move || applier.run(committed))
         .map_err(|e| StartError::Config(format!("cannot start the apply thread: {e}")))?;
 
-    let server = Arc::new(EtcdServer::new(
-        members.clone(),
-        cfg.clone(),
-        store,
-        raft,
-        member,
-        cluster_id,
-        wait,
-        applied_rx,
-    ));
+    let server = Arc::new_cyclic(|me| {
+        EtcdServer::new(
+            members.clone(),
+            cfg.clone(),
+            store,
+            raft,
+            member,
+            cluster_id,
+            wait,
+            applied_rx,
+            lessor,
+            me.clone(),
+        )
+    });
     if let Some(transport) = &peer_transport {
         let source = BackendSnapshots {
             store: server.store.clone(),
@@ -464,6 +485,14 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         tracing::warn!(address = %local, "serving client traffic insecurely; this is strongly discouraged!");
     }
     tokio::spawn(announce_when_ready(server.clone()));
+    serving.push(tokio::spawn(lease::driver::run_primacy(
+        server.clone(),
+        shutdown_rx.clone(),
+    )));
+    serving.push(tokio::spawn(lease::driver::run_expiry(
+        server.clone(),
+        shutdown_rx.clone(),
+    )));
     Ok(Member {
         server,
         client_addrs: bound,
@@ -488,6 +517,7 @@ async fn serve_peers(
     );
     let result = tonic::transport::Server::builder()
         .add_service(peer)
+        .add_service(lease::driver::LeasePeerService::server(server.clone()))
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
         })
@@ -515,6 +545,9 @@ async fn serve_clients(
     let watch = WatchServer::new(WatchService::new(server.clone(), shutdown.clone()))
         .max_decoding_message_size(max_request)
         .max_encoding_message_size(usize::MAX);
+    let lease = LeaseServer::new(LeaseService::new(server.clone(), shutdown.clone()))
+        .max_decoding_message_size(max_request)
+        .max_encoding_message_size(usize::MAX);
     let own_client = LocalClient::new(server.clone(), shutdown.clone());
     let election = ElectionServer::new(ElectionService::new(own_client.clone()))
         .max_decoding_message_size(max_request)
@@ -536,6 +569,7 @@ async fn serve_clients(
         .add_service(maintenance)
         .add_service(cluster)
         .add_service(watch)
+        .add_service(lease)
         .add_service(election)
         .add_service(lock)
         .serve_with_incoming_shutdown(incoming, async move {

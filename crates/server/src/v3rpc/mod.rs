@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod concurrency;
 pub mod election;
 pub mod kv;
+pub mod lease;
 pub mod lock;
 pub mod maintenance;
 pub mod watch;

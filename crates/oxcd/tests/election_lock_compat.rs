@@ -226,6 +226,42 @@ async fn session(endpoint: &str) -> Vec<String> {
             rev(r.header()).to_string()
         }),
     );
+
+    // Observe the current leader, then its proclaim. (etcd sends the
+    // stream's headers with its first message: observe() returns only once
+    // there is a leader.)
+    let r = c.campaign("o", "o1", LEASE_B).await;
+    let mut leader = LeaderKey::new();
+    log(
+        "campaign o",
+        outcome(r, |r| {
+            leader = r.leader().cloned().unwrap_or_default();
+            leader_key(r.leader())
+        }),
+    );
+    let mut observer = tokio::time::timeout(DEADLINE, c.observe("o"))
+        .await
+        .expect("observe answers")
+        .expect("observe");
+    for round in 0..2 {
+        if round == 1 {
+            c.proclaim(
+                "o2",
+                Some(ProclaimOptions::new().with_leader(leader.clone())),
+            )
+            .await
+            .expect("proclaim o");
+        }
+        let seen = tokio::time::timeout(DEADLINE, observer.message()).await;
+        let line = match seen {
+            Ok(r) => outcome(r, |r| match r {
+                Some(r) => format!("rev={} {}", rev(r.header()), kv(r.kv())),
+                None => "end".into(),
+            }),
+            Err(_) => "nothing".into(),
+        };
+        log("observed", line);
+    }
     out
 }
 

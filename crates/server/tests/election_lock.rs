@@ -457,13 +457,24 @@ async fn canceled_campaign_resigns() {
 #[tokio::test]
 async fn observe_sees_proclaims_and_the_leader_change() {
     let dir = tempfile::tempdir().unwrap();
-    let (_m, mut c) = member(dir.path(), |_| {}).await;
+    let (m, mut c) = member(dir.path(), |_| {}).await;
     let (a, b) = (grant(&mut c, 30).await, grant(&mut c, 30).await);
 
-    // Observing an election without a leader waits for the first one.
-    let mut observer = c.observe("obs").await.unwrap();
+    // Observing an election without a leader waits for the first one (the
+    // call itself answers only then, as etcd's).
+    let mut observing = c.clone();
+    let observer = tokio::spawn(async move { observing.observe("obs").await });
+    // The observer is waiting once its watch on the prefix exists.
+    within("observer waits", async {
+        while m.server.store.watcher_count() == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(!observer.is_finished());
     let first = c.campaign("obs", "a1", a).await.unwrap();
     let leader_a = first.leader().unwrap().clone();
+    let mut observer = within("observe answers", observer).await.unwrap().unwrap();
     let seen = within("first leader observed", observer.message())
         .await
         .unwrap()
@@ -522,4 +533,41 @@ async fn campaign_with_a_client_chosen_lease_id() {
         .id();
     let r = c.campaign("hex", "v", lease).await.unwrap();
     assert_eq!(r.leader().unwrap().key(), b"hex/1a2b");
+}
+
+/// The holder's client dies: its keep-alives stop, its lease expires, and
+/// the next waiter gets the lock without anyone unlocking.
+#[tokio::test]
+async fn lock_passes_on_when_the_holders_keep_alives_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_m, mut c) = member(dir.path(), |_| {}).await;
+    let (a, b) = (grant(&mut c, 2).await, grant(&mut c, 30).await);
+    let (mut keeper, mut acks) = c.lease_keep_alive(a).await.unwrap();
+    let holder = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tick.tick().await;
+            if keeper.keep_alive().await.is_err() || acks.message().await.is_err() {
+                return;
+            }
+        }
+    });
+    c.lock("dies", Some(etcd_client::LockOptions::new().with_lease(a)))
+        .await
+        .unwrap();
+    let mut waiter_client = c.clone();
+    let waiter = tokio::spawn(async move {
+        waiter_client
+            .lock("dies", Some(etcd_client::LockOptions::new().with_lease(b)))
+            .await
+    });
+    wait_for_keys(&mut c, "dies/", 2).await;
+    assert!(!waiter.is_finished());
+    holder.abort();
+    let got = within("waiter acquires after expiry", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.key(), format!("dies/{b:x}").as_bytes());
+    assert!(c.lease_time_to_live(a, None).await.unwrap().ttl() < 0);
 }

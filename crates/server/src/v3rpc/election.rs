@@ -17,7 +17,7 @@ use api::v3electionpb::{
     CampaignRequest, CampaignResponse, LeaderKey, LeaderRequest, LeaderResponse, ProclaimRequest,
     ProclaimResponse, ResignRequest, ResignResponse,
 };
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -199,7 +199,7 @@ impl Election for ElectionService {
     ) -> Result<Response<Self::ObserveStream>, Status> {
         check_require_leader(self.client.server(), &request)?;
         let req = request.into_inner();
-        let (outbound, rx) = mpsc::channel(OBSERVE_BUFFER);
+        let (outbound, mut rx) = mpsc::channel(OBSERVE_BUFFER);
         let client = self.client.clone();
         let prefix = leader_prefix(&req.name);
         tokio::spawn(async move {
@@ -208,7 +208,11 @@ impl Election for ElectionService {
                 _ = outbound.closed() => {}
             }
         });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        // grpc-go sends a stream's headers with its first message, so etcd's
+        // Observe answers the call only once there is a leader to report.
+        let first = rx.recv().await;
+        let responses = futures::stream::iter(first).chain(ReceiverStream::new(rx));
+        Ok(Response::new(Box::pin(responses)))
     }
 
     async fn resign(

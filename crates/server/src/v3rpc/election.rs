@@ -98,7 +98,7 @@ impl Election for ElectionService {
                 failure: vec![range_op(get_key(&key))],
             })
             .await?;
-        let header = resp.header.clone().unwrap_or_default();
+        let header = resp.header.unwrap_or_default();
         let mut leader_rev = header.revision;
         if !resp.succeeded {
             // This lease already campaigns: resume with its key, and make
@@ -275,7 +275,7 @@ async fn observe_leaders(
                 if event.r#type == EventType::Delete as i32 {
                     break 'leader;
                 }
-                send(outbound, header.clone(), event.kv.unwrap_or_default()).await?;
+                send(outbound, header, event.kv.unwrap_or_default()).await?;
             }
         }
     }

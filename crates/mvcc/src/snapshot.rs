@@ -177,4 +177,56 @@ mod tests {
         assert_eq!(reopened.current_revision(), rev);
         assert_eq!(all(&reopened).len(), 51);
     }
+
+    #[test]
+    fn leases_and_leased_keys_travel_with_a_backup_and_a_reopen() {
+        use crate::SideTable;
+        let dir = tempfile::tempdir().unwrap();
+        let leader = Store::open(&dir.path().join("leader.db")).unwrap();
+        leader.put_side(SideTable::Leases, 5, Some(b"lease-5".to_vec()), 1);
+        let mut w = leader.write(2);
+        for (key, lease) in [("a", 5), ("b", 5), ("c", 0)] {
+            w.put(&PutRequest {
+                key: key.as_bytes().to_vec().into(),
+                lease,
+                ..Default::default()
+            })
+            .unwrap();
+        }
+        w.end();
+        // Re-put without a lease, then deleted: neither is leased any more.
+        put(&leader, 3, "b", "plain");
+        let mut w = leader.write(4);
+        w.put(&PutRequest {
+            key: b"gone".to_vec().into(),
+            lease: 5,
+            ..Default::default()
+        })
+        .unwrap();
+        w.end();
+        let mut w = leader.write(5);
+        w.delete_range(&api::etcdserverpb::DeleteRangeRequest {
+            key: b"gone".to_vec().into(),
+            ..Default::default()
+        })
+        .unwrap();
+        w.end();
+        leader.backup_to(&dir.path().join("snap.db")).unwrap();
+
+        let follower = Store::open(&dir.path().join("follower.db")).unwrap();
+        follower.restore_from(&dir.path().join("snap.db")).unwrap();
+        assert_eq!(
+            follower.side_records(SideTable::Leases).unwrap().get(&5),
+            Some(&b"lease-5".to_vec())
+        );
+        let leased = follower.take_loaded_leased_keys();
+        assert_eq!(leased, vec![(bytes::Bytes::from("a"), 5)]);
+        assert!(follower.take_loaded_leased_keys().is_empty(), "taken once");
+
+        leader.commit(true).unwrap();
+        drop(leader);
+        let reopened = Store::open(&dir.path().join("leader.db")).unwrap();
+        assert_eq!(reopened.take_loaded_leased_keys(), leased);
+        assert_eq!(reopened.side_records(SideTable::Leases).unwrap().len(), 1);
+    }
 }

@@ -90,6 +90,7 @@
 //!   higher, or 1. Uncommitted writes are lost: the WAL replays them.
 
 mod backend;
+mod defrag;
 pub mod key_index;
 mod range;
 pub mod revision;
@@ -101,6 +102,7 @@ mod watch_group;
 mod watch_sync;
 
 pub use backend::{scan_key_value, KeyValueFields, SideTable};
+pub use defrag::DefragStats;
 pub use revision::{Revision, RevisionKey};
 pub use store::{LeaseLookup, Store};
 pub use txn::{is_txn_read_only, TxnWrite, WriteResult};
@@ -125,6 +127,10 @@ pub enum MvccError {
     Backend(String),
     #[error("mvcc: corrupt data: {0}")]
     Corrupt(String),
+    /// A commit asked for while a defragmentation copies the file: the
+    /// batch stays pending (readable) and is committed after the swap.
+    #[error("mvcc: commit deferred by a defragmentation")]
+    Deferred,
 }
 
 #[cfg(test)]

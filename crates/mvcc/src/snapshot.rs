@@ -38,7 +38,10 @@ where
     Ok(())
 }
 
-fn copy_all(from: &redb::ReadTransaction, to: &redb::WriteTransaction) -> Result<(), MvccError> {
+pub(crate) fn copy_all(
+    from: &redb::ReadTransaction,
+    to: &redb::WriteTransaction,
+) -> Result<(), MvccError> {
     copy_table(from, to, KEY_TABLE)?;
     copy_table(from, to, META_TABLE)?;
     for side in SideTable::ALL {
@@ -53,8 +56,9 @@ impl Store {
     /// changes are committed first, so the copy covers everything applied
     /// before the call.
     pub fn backup_to(&self, dest: &Path) -> Result<u64, MvccError> {
+        let _defrag = self.defrag_lock.lock();
         self.commit(false)?;
-        let snapshot = self.db.begin_read().map_err(backend_error)?;
+        let snapshot = self.db().begin_read().map_err(backend_error)?;
         let consistent_index =
             {
                 let meta = snapshot.open_table(META_TABLE).map_err(backend_error)?;
@@ -82,10 +86,12 @@ impl Store {
     /// `backup_to` of another member), durably, and rebuilds the key index
     /// from it. Pending changes are discarded: the snapshot supersedes them.
     pub fn restore_from(&self, source: &Path) -> Result<(), MvccError> {
+        let _defrag = self.defrag_lock.lock();
         let _writer = self.writer.lock();
+        let db = self.db();
         let snapshot_db = Database::open(source).map_err(backend_error)?;
         let snapshot = snapshot_db.begin_read().map_err(backend_error)?;
-        let mut txn = self.db.begin_write().map_err(backend_error)?;
+        let mut txn = db.begin_write().map_err(backend_error)?;
         txn.set_durability(Durability::Immediate)
             .map_err(backend_error)?;
         txn.delete_table(KEY_TABLE).map_err(backend_error)?;
@@ -98,7 +104,7 @@ impl Store {
         drop(snapshot);
         drop(snapshot_db);
 
-        let loaded = backend::load(&self.db)?;
+        let loaded = backend::load(&db)?;
         *self.state.write() = IndexState {
             tree: loaded.index,
             current_revision: loaded.current_revision.max(INITIAL_REVISION),

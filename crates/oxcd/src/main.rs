@@ -232,11 +232,7 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
         election_timeout: Duration::from_millis(flags.election_timeout),
         max_request_bytes: flags.max_request_bytes as usize,
         max_txn_ops: flags.max_txn_ops as usize,
-        quota_backend_bytes: if flags.quota_backend_bytes <= 0 {
-            ServerConfig::default().quota_backend_bytes
-        } else {
-            flags.quota_backend_bytes
-        },
+        quota_backend_bytes: quota_backend_bytes(flags.quota_backend_bytes),
         snapshot_catch_up_entries: flags.experimental_snapshot_catchup_entries.max(1),
         max_concurrent_streams: if flags.max_concurrent_streams == u32::MAX {
             None
@@ -249,6 +245,24 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
             .then_some(flags.experimental_lease_checkpoint_interval)
             .filter(|interval| !interval.is_zero()),
     })
+}
+
+/// etcd's quota rules: 0 is the default (2 GiB), negative disables the
+/// quota, and anything above 8 GiB is capped there with a warning.
+fn quota_backend_bytes(flag: i64) -> i64 {
+    match flag {
+        0 => ServerConfig::default().quota_backend_bytes,
+        q if q < 0 => 0,
+        q if q > server::alarms::MAX_QUOTA_BYTES => {
+            tracing::warn!(
+                "quota-size-bytes" = q,
+                "quota-maximum-size-bytes" = server::alarms::MAX_QUOTA_BYTES,
+                "quota exceeds the maximum value"
+            );
+            server::alarms::MAX_QUOTA_BYTES
+        }
+        q => q,
+    }
 }
 
 fn print_version() {

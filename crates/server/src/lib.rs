@@ -10,6 +10,7 @@
 //! limit, waiter) → raft (WAL fsync, commit) → `apply::Applier` (mvcc
 //! write, consistent index, waiter woken) → response with etcd's header.
 
+pub mod alarms;
 pub mod apply;
 pub mod checks;
 pub mod config;

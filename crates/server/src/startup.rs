@@ -21,6 +21,7 @@ use mvcc::Store;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::alarms::Alarms;
 use crate::apply::Applier;
 use crate::config::{ServerConfig, GRPC_OVERHEAD_BYTES};
 use crate::etcdserver::EtcdServer;
@@ -56,6 +57,13 @@ struct NoPeers;
 
 impl Transport for NoPeers {
     fn send(&self, _msgs: Vec<raft::eraftpb::Message>) {}
+}
+
+/// Rebuilds the alarms from the backend's alarm table.
+pub(crate) fn recover_alarms(alarms: &Alarms, store: &Store) -> Result<(), StartError> {
+    let records = store.side_records(mvcc::SideTable::Alarms)?;
+    alarms.recover(records.into_values());
+    Ok(())
 }
 
 /// Rebuilds the lessor from the backend's lease table and leased keys.
@@ -354,6 +362,8 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         cfg.lease_checkpoint_interval,
     ));
     recover_lessor(&lessor, &store)?;
+    let alarms = Arc::new(Alarms::default());
+    recover_alarms(&alarms, &store)?;
     {
         let lessor = lessor.clone();
         store.set_lease_lookup(Arc::new(move |id| lessor.exists(id)));
@@ -410,6 +420,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         snapshot_count: cfg.snapshot_count.max(1),
         members: members.clone(),
         lessor: lessor.clone(),
+        alarms: alarms.clone(),
     };
     let apply_thread = std::thread::Builder::new()
         .name("apply".into())
@@ -427,6 +438,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
             wait,
             applied_rx,
             lessor,
+            alarms,
             me.clone(),
         )
     });

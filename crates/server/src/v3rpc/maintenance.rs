@@ -5,7 +5,6 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use api::etcdserverpb::alarm_request::AlarmAction;
 use api::etcdserverpb::maintenance_server::Maintenance;
 use api::etcdserverpb::{
     AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse, DowngradeRequest,
@@ -46,18 +45,9 @@ impl Maintenance for MaintenanceService {
         request: Request<AlarmRequest>,
     ) -> Result<Response<AlarmResponse>, Status> {
         check_require_leader(&self.server, &request)?;
-        let req = request.into_inner();
-        if req.action != AlarmAction::Get as i32 {
-            return Err(Status::unimplemented(
-                "alarm activation is not implemented yet",
-            ));
-        }
-        // No alarm can be raised yet (quota arrives with the operations issue).
-        let header = self.server.header(self.server.store.current_revision());
-        Ok(Response::new(AlarmResponse {
-            header: Some(header),
-            alarms: vec![],
-        }))
+        Ok(Response::new(
+            self.server.alarm(request.into_inner()).await?,
+        ))
     }
 
     async fn status(
@@ -71,6 +61,7 @@ impl Maintenance for MaintenanceService {
         if raft.leader == 0 {
             errors.push(rpctypes::NO_LEADER.message.to_string());
         }
+        errors.extend(self.server.alarm_errors());
         Ok(Response::new(StatusResponse {
             header: Some(self.server.header(store.current_revision())),
             version: ETCD_VERSION.to_string(),
@@ -85,11 +76,31 @@ impl Maintenance for MaintenanceService {
         }))
     }
 
+    /// Rewrites this member's backend (not through raft, as etcd). Reads
+    /// and writes go on meanwhile; see mvcc's defrag module.
     async fn defragment(
         &self,
         _: Request<DefragmentRequest>,
     ) -> Result<Response<DefragmentResponse>, Status> {
-        Err(Status::unimplemented("Defragment is not implemented yet"))
+        let store = self.server.store.clone();
+        tracing::info!(path = %self.server.cfg.backend_path().display(),
+            "current-db-size-bytes" = store.db_size(), "starting defragmentation");
+        let stats = tokio::task::spawn_blocking(move || store.defragment())
+            .await
+            .map_err(|e| Status::internal(format!("defragmentation task failed: {e}")))?
+            .map_err(|e| {
+                tracing::warn!(error = %e, "failed to defragment the backend");
+                Status::unknown(e.to_string())
+            })?;
+        tracing::info!(path = %self.server.cfg.backend_path().display(),
+            "current-db-size-bytes-diff" = stats.size_after - stats.size_before,
+            "current-db-size-bytes" = stats.size_after,
+            "took" = ?stats.copy_time + stats.swap_time,
+            "writes-deferred" = ?stats.copy_time,
+            "finished defragmenting directory");
+        Ok(Response::new(DefragmentResponse {
+            header: Some(self.server.header(self.server.store.current_revision())),
+        }))
     }
 
     async fn hash(&self, _: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {

@@ -91,6 +91,7 @@
 
 mod backend;
 mod defrag;
+mod hash;
 pub mod key_index;
 mod range;
 pub mod revision;

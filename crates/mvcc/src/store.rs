@@ -315,6 +315,11 @@ impl Store {
     /// transaction; fsynced when `durable`.
     pub fn commit(&self, durable: bool) -> Result<(), MvccError> {
         let _writer = self.writer.lock();
+        self.commit_locked(durable)
+    }
+
+    /// [`Store::commit`] for a caller that holds the writer lock.
+    pub(crate) fn commit_locked(&self, durable: bool) -> Result<(), MvccError> {
         if self.defragmenting.load(Ordering::Acquire) {
             return Err(MvccError::Deferred);
         }

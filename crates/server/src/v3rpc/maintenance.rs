@@ -1,6 +1,6 @@
 //! The Maintenance service: Status (what `etcdctl endpoint status` shows),
-//! the alarm list, HashKV. Defragment, Snapshot, MoveLeader and Downgrade
-//! arrive with the operations issue (Unimplemented until then).
+//! Alarm, Defragment, Hash, HashKV, MoveLeader. Downgrade answers
+//! Unimplemented.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -103,8 +103,18 @@ impl Maintenance for MaintenanceService {
         }))
     }
 
-    async fn hash(&self, _: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
-        Err(Status::unimplemented("Hash is not implemented yet"))
+    /// The hash of this member's whole backend (not through raft).
+    async fn hash(&self, request: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+        check_require_leader(&self.server, &request)?;
+        let store = self.server.store.clone();
+        let (hash, revision) = tokio::task::spawn_blocking(move || store.hash())
+            .await
+            .map_err(|e| Status::internal(format!("hash task failed: {e}")))?
+            .map_err(|e| errors::from_mvcc(&e))?;
+        Ok(Response::new(HashResponse {
+            header: Some(self.server.header(revision)),
+            hash,
+        }))
     }
 
     async fn hash_kv(
@@ -135,11 +145,42 @@ impl Maintenance for MaintenanceService {
         Err(Status::unimplemented("Snapshot is not implemented yet"))
     }
 
+    /// Hands leadership to another voting member (etcd's MoveLeader): only
+    /// the leader accepts it; answered once the transferee leads.
     async fn move_leader(
         &self,
-        _: Request<MoveLeaderRequest>,
+        request: Request<MoveLeaderRequest>,
     ) -> Result<Response<MoveLeaderResponse>, Status> {
-        Err(Status::unimplemented("MoveLeader is not implemented yet"))
+        check_require_leader(&self.server, &request)?;
+        let target = request.into_inner().target_id;
+        let server = &self.server;
+        if server.raft.status().leader != server.member.id {
+            return Err(rpctypes::NOT_LEADER.status());
+        }
+        if server.members.get(target).is_none_or(|m| m.is_learner) {
+            return Err(rpctypes::BAD_LEADER_TRANSFEREE.status());
+        }
+        let started = std::time::Instant::now();
+        tracing::info!("current-leader-member-id" = %format!("{:x}", server.member.id),
+            "transferee-member-id" = %format!("{:x}", target), "leadership transfer starting");
+        let deadline = tokio::time::Instant::now() + server.cfg.request_timeout();
+        server
+            .raft
+            .transfer_leader(target)
+            .await
+            .map_err(|e| errors::from_consensus(&e).status())?;
+        while server.raft.status().leader != target {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(rpctypes::TIMEOUT_LEADER_TRANSFER.status());
+            }
+            tokio::time::sleep(server.cfg.heartbeat).await;
+        }
+        tracing::info!("old-leader-member-id" = %format!("{:x}", server.member.id),
+            "new-leader-member-id" = %format!("{:x}", target), "took" = ?started.elapsed(),
+            "leadership transfer finished");
+        Ok(Response::new(MoveLeaderResponse {
+            header: Some(server.header(server.store.current_revision())),
+        }))
     }
 
     async fn downgrade(

@@ -99,6 +99,12 @@ struct Flags {
         value_parser = parse_go_duration
     )]
     experimental_watch_progress_notify_interval: Duration,
+    /// Interpret 'auto-compaction-retention' one of: periodic|revision. 'periodic' for duration based retention, defaulting to hours if no time unit is provided (e.g. '5m'). 'revision' for revision number based retention.
+    #[arg(long, env = "ETCD_AUTO_COMPACTION_MODE", default_value = "periodic")]
+    auto_compaction_mode: String,
+    /// Auto compaction retention for mvcc key value store. 0 means disable auto compaction.
+    #[arg(long, env = "ETCD_AUTO_COMPACTION_RETENTION", default_value = "0")]
+    auto_compaction_retention: String,
     /// Enable leader to send regular checkpoints to other members to prevent reset of remaining TTL on leader change.
     #[arg(long, env = "ETCD_EXPERIMENTAL_ENABLE_LEASE_CHECKPOINT", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     experimental_enable_lease_checkpoint: bool,
@@ -201,6 +207,11 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
             flags.initial_cluster_state
         ));
     }
+    let auto_compaction = server::compactor::parse(
+        &flags.auto_compaction_mode,
+        &flags.auto_compaction_retention,
+        parse_go_duration,
+    )?;
     if flags.logger != "zap" {
         return Err(format!(
             "unknown logger option {:?} (only 'zap' is supported)",
@@ -244,6 +255,8 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
             || flags.experimental_enable_lease_checkpoint_persist)
             .then_some(flags.experimental_lease_checkpoint_interval)
             .filter(|interval| !interval.is_zero()),
+        auto_compaction,
+        ..ServerConfig::default()
     })
 }
 

@@ -39,6 +39,10 @@ pub struct ServerConfig {
     /// (etcd's --experimental-lease-checkpoint-interval, used when
     /// --experimental-enable-lease-checkpoint is set); None: no checkpoints.
     pub lease_checkpoint_interval: Option<Duration>,
+    /// --auto-compaction-mode and --auto-compaction-retention; None: off.
+    pub auto_compaction: Option<crate::compactor::AutoCompaction>,
+    /// How often the revision compactor looks (etcd: 5 minutes; tests shrink it).
+    pub auto_compaction_revision_interval: Duration,
 }
 
 impl ServerConfig {
@@ -79,6 +83,8 @@ impl Default for ServerConfig {
             snapshot_catch_up_entries: 5000,
             watch_progress_notify_interval: Duration::from_secs(10 * 60),
             lease_checkpoint_interval: None,
+            auto_compaction: None,
+            auto_compaction_revision_interval: crate::compactor::REVISION_CHECK_INTERVAL,
         }
     }
 }

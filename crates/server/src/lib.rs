@@ -13,6 +13,7 @@
 pub mod alarms;
 pub mod apply;
 pub mod checks;
+pub mod compactor;
 pub mod config;
 pub mod errors;
 pub mod etcdserver;

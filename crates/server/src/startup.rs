@@ -500,6 +500,14 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         server.clone(),
         shutdown_rx.clone(),
     )));
+    if let Some(mode) = server.cfg.auto_compaction {
+        serving.push(tokio::spawn(crate::compactor::run(
+            server.clone(),
+            mode,
+            server.cfg.auto_compaction_revision_interval,
+            shutdown_rx.clone(),
+        )));
+    }
     Ok(Member {
         server,
         client_addrs: bound,

@@ -105,6 +105,17 @@ struct Flags {
     /// Auto compaction retention for mvcc key value store. 0 means disable auto compaction.
     #[arg(long, env = "ETCD_AUTO_COMPACTION_RETENTION", default_value = "0")]
     auto_compaction_retention: String,
+    /// Enable to check data corruption before serving any client/peer traffic.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    experimental_initial_corrupt_check: bool,
+    /// Duration of time between cluster corruption check passes (Go duration; 0s disables).
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME",
+        default_value = "0s",
+        value_parser = parse_go_duration
+    )]
+    experimental_corrupt_check_time: Duration,
     /// Enable leader to send regular checkpoints to other members to prevent reset of remaining TTL on leader change.
     #[arg(long, env = "ETCD_EXPERIMENTAL_ENABLE_LEASE_CHECKPOINT", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     experimental_enable_lease_checkpoint: bool,
@@ -256,6 +267,8 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
             .then_some(flags.experimental_lease_checkpoint_interval)
             .filter(|interval| !interval.is_zero()),
         auto_compaction,
+        initial_corrupt_check: flags.experimental_initial_corrupt_check,
+        corrupt_check_time: flags.experimental_corrupt_check_time,
         ..ServerConfig::default()
     })
 }

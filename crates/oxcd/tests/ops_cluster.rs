@@ -128,3 +128,99 @@ async fn hashes_agree_across_members_and_defrag_cluster_keeps_them() {
     );
     assert_eq!(hashes(revision).await, before, "defrag changed the data");
 }
+
+/// Flips a byte of every copy of `needle` in a stopped member's backend
+/// file: data corruption that the file format itself does not notice.
+fn flip_bytes_in_db(db: &std::path::Path, needle: &[u8]) -> usize {
+    let mut bytes = std::fs::read(db).unwrap();
+    let mut flipped = 0;
+    let mut at = 0;
+    while let Some(pos) = bytes[at..].windows(needle.len()).position(|w| w == needle) {
+        bytes[at + pos] ^= 0x20;
+        flipped += 1;
+        at += pos + needle.len();
+    }
+    std::fs::write(db, bytes).unwrap();
+    flipped
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupted_member_is_refused_at_start_and_flagged_by_the_leader() {
+    let mut cluster = Cluster::start(3, &["--experimental-corrupt-check-time=1s"]);
+    let mut c = client(&cluster.endpoints()).await;
+    for i in 0..20 {
+        c.put(format!("c/{i}"), format!("precious-value-{i:04}"), None)
+            .await
+            .unwrap();
+    }
+    let leader_index = leader(&cluster).await;
+    let victim = (leader_index + 1) % 3;
+    // Wait until the victim applied everything, then stop it cleanly.
+    let revision = c
+        .get("c/0", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    let mut v = client(&[cluster.endpoint(victim)]).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while v
+        .get(
+            "c/0",
+            Some(etcd_client::GetOptions::new().with_serializable()),
+        )
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision()
+        < revision
+    {
+        assert!(Instant::now() < deadline, "victim never caught up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cluster.stop(victim);
+    let db = cluster.data_dir(victim).join("member/snap/db");
+    assert!(flip_bytes_in_db(&db, b"precious-value-0007") > 0);
+
+    // With the initial check it refuses to start.
+    let p = cluster.spawn_with(victim, &["--experimental-initial-corrupt-check"]);
+    let status = p.wait_exit(Duration::from_secs(30));
+    let log = p.log_text();
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "a corrupted member started: {log}"
+    );
+    assert!(log.contains("found data inconsistency with peers"), "{log}");
+    cluster.members[victim] = None;
+
+    // Without it, it starts, and the leader's periodic check raises CORRUPT
+    // for it; then every member refuses writes.
+    cluster.restart(victim);
+    let victim_id = member_id(&cluster.endpoint(victim)).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let alarms = c
+            .alarm(
+                etcd_client::AlarmAction::Get,
+                etcd_client::AlarmType::None,
+                None,
+            )
+            .await
+            .unwrap();
+        if let Some(alarm) = alarms.alarms().first() {
+            assert_eq!(alarm.member_id(), victim_id);
+            assert_eq!(alarm.alarm(), etcd_client::AlarmType::Corrupt);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the leader never raised CORRUPT");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    match c.put("after", "v", None).await {
+        Err(etcd_client::Error::GRpcStatus(s)) => {
+            assert_eq!(s.message(), "etcdserver: corrupt cluster")
+        }
+        other => panic!("a write on a corrupt cluster: {other:?}"),
+    }
+}

@@ -43,6 +43,12 @@ pub struct ServerConfig {
     pub auto_compaction: Option<crate::compactor::AutoCompaction>,
     /// How often the revision compactor looks (etcd: 5 minutes; tests shrink it).
     pub auto_compaction_revision_interval: Duration,
+    /// --experimental-initial-corrupt-check: compare hashes with the peers
+    /// before serving, refusing to start on a mismatch.
+    pub initial_corrupt_check: bool,
+    /// --experimental-corrupt-check-time: the leader's periodic hash
+    /// comparison (zero: off).
+    pub corrupt_check_time: Duration,
 }
 
 impl ServerConfig {
@@ -85,6 +91,8 @@ impl Default for ServerConfig {
             lease_checkpoint_interval: None,
             auto_compaction: None,
             auto_compaction_revision_interval: crate::compactor::REVISION_CHECK_INTERVAL,
+            initial_corrupt_check: false,
+            corrupt_check_time: Duration::ZERO,
         }
     }
 }

@@ -17,9 +17,9 @@ use crate::alarms::{self, Alarms};
 use crate::apply::{ApplyOutcome, ApplyResponse};
 use crate::config::ServerConfig;
 use crate::errors;
-use crate::lease::driver::LeaseForwarder;
 use crate::lease::Lessor;
 use crate::membership::{ClusterMembers, Member};
+use crate::peers::PeerChannels;
 use crate::wait::Wait;
 
 /// etcd refuses new proposals once apply lags commit by this many entries
@@ -43,7 +43,7 @@ pub struct EtcdServer {
     request_ids: RequestIdGenerator,
     pub lessor: Arc<Lessor>,
     pub alarms: Arc<Alarms>,
-    pub(crate) lease_forwarder: LeaseForwarder,
+    pub(crate) peer_channels: PeerChannels,
     /// This server's own Arc, for background work it starts.
     pub(crate) me: Weak<EtcdServer>,
 }
@@ -76,7 +76,7 @@ impl EtcdServer {
             request_ids,
             lessor,
             alarms,
-            lease_forwarder: LeaseForwarder::default(),
+            peer_channels: PeerChannels::default(),
             me,
         }
     }

@@ -47,6 +47,8 @@ pub enum StartError {
     Raft(#[from] consensus::ConsensusError),
     #[error("failed to listen on {url}: {error}")]
     Listen { url: String, error: std::io::Error },
+    #[error("{0}")]
+    Corrupt(String),
 }
 
 /// redb's file magic: a backend that does not start with it is not ours.
@@ -472,6 +474,25 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         )));
         tracing::info!(address = %local, "serving peer traffic");
     }
+    if cfg.initial_corrupt_check {
+        if let Err(reason) = crate::corrupt::check_initial(&server).await {
+            let _ = shutdown.send(true);
+            let raft = server.raft.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                raft.stop();
+                let _ = apply_thread.join();
+            })
+            .await;
+            return Err(StartError::Corrupt(reason));
+        }
+    }
+    if !cfg.corrupt_check_time.is_zero() {
+        serving.push(tokio::spawn(crate::corrupt::run_periodic(
+            server.clone(),
+            cfg.corrupt_check_time,
+            shutdown_rx.clone(),
+        )));
+    }
     for (url, addr) in cfg.listen_client_urls.iter().zip(client_addrs) {
         let listener = TcpListener::bind(addr)
             .await
@@ -533,6 +554,9 @@ async fn serve_peers(
     let result = tonic::transport::Server::builder()
         .add_service(peer)
         .add_service(lease::driver::LeasePeerService::server(server.clone()))
+        .add_service(crate::corrupt::MaintenancePeerService::server(
+            server.clone(),
+        ))
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
         })

@@ -133,6 +133,11 @@ impl Process {
         unsafe {
             libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
         }
+        self.wait_exit(deadline)
+    }
+
+    /// Waits (with a deadline, then kill -9) for the process to exit.
+    pub fn wait_exit(&mut self, deadline: Duration) -> Option<ExitStatus> {
         let end = Instant::now() + deadline;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -320,6 +325,28 @@ impl Cluster {
         if let Some(mut p) = self.members[i].take() {
             p.kill9();
         }
+    }
+
+    /// A clean stop (SIGTERM): the member commits everything it applied.
+    pub fn stop(&mut self, i: usize) {
+        if let Some(mut p) = self.members[i].take() {
+            p.terminate(Duration::from_secs(10));
+        }
+    }
+
+    /// Starts a stopped member with `extra` flags besides the cluster's,
+    /// without waiting for it to become ready (it may be expected to fail).
+    pub fn spawn_with(&mut self, i: usize, extra: &[&str]) -> &mut Process {
+        assert!(
+            self.members[i].is_none(),
+            "{} is still running",
+            self.names[i]
+        );
+        let saved = self.extra.clone();
+        self.extra.extend(extra.iter().map(|s| s.to_string()));
+        let p = self.spawn(i);
+        self.extra = saved;
+        self.members[i].insert(p)
     }
 
     /// SIGSTOP / SIGCONT: a member that neither sends nor answers.

@@ -303,7 +303,7 @@ async fn services_not_built_answer_unimplemented_without_hanging() {
     let dir = tempfile::tempdir().unwrap();
     let (m, mut c) = member(dir.path(), |_| {}).await;
     // Auth arrives with its own issue.
-    let r = tokio::time::timeout(Duration::from_secs(10), c.auth_status())
+    let r = tokio::time::timeout(Duration::from_secs(10), c.user_list())
         .await
         .expect("no hang");
     assert_eq!(status_of(r.unwrap_err()).0, Code::Unimplemented);

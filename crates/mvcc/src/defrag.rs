@@ -48,6 +48,20 @@ pub(crate) fn remove_leftover(path: &Path) {
     }
 }
 
+/// How long the defragmentation waits for readers of the old file before
+/// leaving its closing to the last of them.
+const OLD_FILE_GRACE: Duration = Duration::from_secs(5);
+
+/// Closes the replaced file here, once the readers that still use it are
+/// done, so that no request pays for closing it.
+fn close_when_unused(old: std::sync::Arc<Database>) {
+    let deadline = Instant::now() + OLD_FILE_GRACE;
+    while std::sync::Arc::strong_count(&old) > 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(old);
+}
+
 fn sync_dir(path: &Path) -> std::io::Result<()> {
     match path.parent() {
         Some(dir) => std::fs::File::open(dir)?.sync_all(),
@@ -79,17 +93,20 @@ impl Store {
             std::fs::rename(&tmp, self.path())
                 .and_then(|()| sync_dir(self.path()))
                 .map_err(backend_error)?;
-            self.swap_db(copy);
-            Ok(())
+            Ok(self.swap_db(copy))
         });
         let swap_time = swap_started.elapsed();
         self.defragmenting.store(false, Ordering::Release);
-        if let Err(e) = swapped {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
+        let old = match swapped {
+            Ok(old) => old,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
         // The deferred batch, now into the new file.
         self.commit(false)?;
+        close_when_unused(old);
         Ok(DefragStats {
             size_before,
             size_after: self.db_size(),

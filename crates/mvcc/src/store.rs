@@ -119,9 +119,10 @@ impl Store {
     }
 
     /// Replaces the file handle (defragmentation); the caller holds the
-    /// writer and pending locks.
-    pub(crate) fn swap_db(&self, db: Database) {
-        *self.db.write() = Arc::new(db);
+    /// writer and pending locks, and drops the old handle after releasing
+    /// them (closing a redb file writes its allocator state: not under locks).
+    pub(crate) fn swap_db(&self, db: Database) -> Arc<Database> {
+        std::mem::replace(&mut *self.db.write(), Arc::new(db))
     }
 
     pub(crate) fn path(&self) -> &Path {

@@ -94,6 +94,7 @@ pub mod key_index;
 mod range;
 pub mod revision;
 mod snapshot;
+pub mod snapshot_file;
 mod store;
 mod txn;
 pub mod watch;

@@ -15,7 +15,7 @@ use crate::backend::{self, backend_error, SideTable, KEY_TABLE, META_TABLE};
 use crate::store::{IndexState, Pending, INITIAL_REVISION, NO_COMPACTION};
 use crate::{MvccError, Store};
 
-fn copy_table<K, V>(
+pub(crate) fn copy_table<K, V>(
     from: &redb::ReadTransaction,
     to: &redb::WriteTransaction,
     table: TableDefinition<K, V>,

@@ -313,7 +313,7 @@ async fn a_snapshot_restored_into_three_data_dirs_starts_a_new_cluster_with_iden
         assert_eq!(kvs, source_kvs, "{endpoint}");
         let mut c = client(&[endpoint.clone()]).await;
         let h = c.hash_kv(0).await.unwrap();
-        hashes.push((h.hash(), h.compact_revision()));
+        hashes.push((h.hash(), h.compact_version()));
         statuses.push(ids(&endpoint).await);
         // The lease came along: it is known and keeps its key.
         let ttl = c

@@ -38,14 +38,14 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 use redb::{
-    Builder, Database, Durability, ReadOnlyDatabase, ReadableDatabase, ReadableTable,
-    ReadableTableMetadata, StorageBackend, TableDefinition, TableHandle,
+    Builder, Durability, ReadOnlyDatabase, ReadableDatabase, ReadableTable, ReadableTableMetadata,
+    StorageBackend, TableDefinition, TableHandle,
 };
 use sha2::{Digest, Sha256};
 
 use crate::backend::{backend_error, SideTable, KEY_TABLE, META_CONSISTENT_INDEX, META_TABLE};
 use crate::revision::RevisionKey;
-use crate::snapshot::copy_table;
+use crate::snapshot::{copy_table, COPY_CACHE_BYTES};
 use crate::MvccError;
 
 /// The body of a snapshot file is a multiple of this (a disk sector; the
@@ -213,6 +213,7 @@ impl SnapshotFile {
             len: self.db_len,
         };
         Builder::new()
+            .set_cache_size(COPY_CACHE_BYTES)
             .open_read_only_with_backend(view)
             .map_err(|e| SnapshotFileError::NotADatabase(e.to_string()))
     }
@@ -277,7 +278,10 @@ impl SnapshotFile {
     ) -> Result<RestoreSummary, SnapshotFileError> {
         let source = self.open_database()?;
         let from = source.begin_read().map_err(backend_error)?;
-        let db = Database::create(dest).map_err(backend_error)?;
+        let db = redb::Builder::new()
+            .set_cache_size(COPY_CACHE_BYTES)
+            .create(dest)
+            .map_err(backend_error)?;
         let mut txn = db.begin_write().map_err(backend_error)?;
         txn.set_durability(Durability::Immediate)
             .map_err(backend_error)?;

@@ -404,3 +404,62 @@ fn restore_refuses_a_snapshot_with_a_flipped_byte() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_snapshot_client_does_not_hold_up_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let member = Process::start_oxcd(&oxcd_bin(), &dir.path().join("data"), &[]);
+    let mut c = client(&[member.endpoint.clone()]).await;
+    // Several MiB: far more than the stream's queue and HTTP/2 windows.
+    let value = "v".repeat(4096);
+    for i in 0..1500 {
+        c.put(format!("big-{i:05}"), value.clone(), None)
+            .await
+            .unwrap();
+    }
+    let mut stream = c.maintenance_client().snapshot().await.unwrap();
+    let first = stream.message().await.unwrap().expect("a first chunk");
+    let total = first.remaining_bytes() as usize + first.blob().len();
+    assert!(total > 6 * 1024 * 1024, "{total}");
+    // The client reads nothing more for a while; writes go on meanwhile.
+    let mut writer = client(&[member.endpoint.clone()]).await;
+    let started = Instant::now();
+    for i in 0..200 {
+        let put = tokio::time::timeout(
+            Duration::from_secs(5),
+            writer.put(format!("during-{i}"), "x", None),
+        )
+        .await;
+        assert!(
+            matches!(put, Ok(Ok(_))),
+            "put {i} during a stalled snapshot: {put:?}"
+        );
+    }
+    assert!(started.elapsed() < Duration::from_secs(20));
+    // The copy is unlinked while it is being sent: nothing to clean up later.
+    let leftovers = std::fs::read_dir(dir.path().join("data/member/snap"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains("client-snapshot"))
+        .count();
+    assert_eq!(leftovers, 0);
+    // The stream then completes, with the state of when it began.
+    let mut body = first.blob().to_vec();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Some(m) = stream.message().await.unwrap() {
+        body.extend_from_slice(m.blob());
+        assert!(Instant::now() < deadline);
+    }
+    assert_eq!(body.len(), total + 32);
+    let path = dir.path().join("snap.db");
+    std::fs::write(&path, &body).unwrap();
+    let status = status_json(&path);
+    let end = writer
+        .get("during-0", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    assert_eq!(status["revision"].as_i64().unwrap(), end - 200);
+}

@@ -78,7 +78,7 @@ pub enum SnapshotFileError {
 
 /// The padding that follows a redb file of `db_len` bytes in a snapshot body.
 pub fn padding_for(db_len: u64) -> Vec<u8> {
-    if db_len % SNAPSHOT_ALIGN == 0 {
+    if db_len.is_multiple_of(SNAPSHOT_ALIGN) {
         return Vec::new();
     }
     let body_len = (db_len + PAD_TRAILER_LEN).div_ceil(SNAPSHOT_ALIGN) * SNAPSHOT_ALIGN;
@@ -189,7 +189,7 @@ impl SnapshotFile {
     }
 
     fn db_len_of_body(file: &mut File, body_len: u64) -> std::io::Result<u64> {
-        if body_len < PAD_TRAILER_LEN || body_len % SNAPSHOT_ALIGN != 0 {
+        if body_len < PAD_TRAILER_LEN || !body_len.is_multiple_of(SNAPSHOT_ALIGN) {
             return Ok(body_len);
         }
         let mut trailer = [0u8; PAD_TRAILER_LEN as usize];
@@ -322,8 +322,8 @@ impl SnapshotFile {
     }
 }
 
-fn open_optional<'t, K: redb::Key + 'static, V: redb::Value + 'static>(
-    txn: &'t redb::ReadTransaction,
+fn open_optional<K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &redb::ReadTransaction,
     table: TableDefinition<K, V>,
 ) -> Result<Option<redb::ReadOnlyTable<K, V>>, MvccError> {
     match txn.open_table(table) {

@@ -72,7 +72,7 @@ async fn everything(endpoint: &str) -> (i64, BTreeMap<String, (String, i64, i64)
 async fn etcdctl_34_and_35_snapshot_save_against_oxcd_pass_their_own_checks() {
     let dir = tempfile::tempdir().unwrap();
     let member = Process::start_oxcd(&oxcd_bin(), &dir.path().join("data"), &[]);
-    let mut c = client(&[member.endpoint.clone()]).await;
+    let mut c = client(std::slice::from_ref(&member.endpoint)).await;
     // Enough data for many 32 KiB chunks.
     for i in 0..300 {
         c.put(format!("key-{i:04}"), "x".repeat(1024), None)
@@ -251,7 +251,7 @@ async fn ids(endpoint: &str) -> (u64, u64) {
 async fn a_snapshot_restored_into_three_data_dirs_starts_a_new_cluster_with_identical_data() {
     let dir = tempfile::tempdir().unwrap();
     let source = Process::start_oxcd(&oxcd_bin(), &dir.path().join("source"), &[]);
-    let mut c = client(&[source.endpoint.clone()]).await;
+    let mut c = client(std::slice::from_ref(&source.endpoint)).await;
     let lease = c.lease_grant(3600, None).await.unwrap().id();
     for i in 0..50 {
         c.put(format!("k{i:02}"), format!("v{i}"), None)
@@ -311,7 +311,7 @@ async fn a_snapshot_restored_into_three_data_dirs_starts_a_new_cluster_with_iden
         let (revision, kvs) = everything(&endpoint).await;
         assert_eq!(revision, source_revision, "{endpoint}");
         assert_eq!(kvs, source_kvs, "{endpoint}");
-        let mut c = client(&[endpoint.clone()]).await;
+        let mut c = client(std::slice::from_ref(&endpoint)).await;
         let h = c.hash_kv(0).await.unwrap();
         hashes.push((h.hash(), h.compact_version()));
         statuses.push(ids(&endpoint).await);
@@ -409,7 +409,7 @@ fn restore_refuses_a_snapshot_with_a_flipped_byte() {
 async fn a_stalled_snapshot_client_does_not_hold_up_writes() {
     let dir = tempfile::tempdir().unwrap();
     let member = Process::start_oxcd(&oxcd_bin(), &dir.path().join("data"), &[]);
-    let mut c = client(&[member.endpoint.clone()]).await;
+    let mut c = client(std::slice::from_ref(&member.endpoint)).await;
     // Several MiB: far more than the stream's queue and HTTP/2 windows.
     let value = "v".repeat(4096);
     for i in 0..1500 {
@@ -422,7 +422,7 @@ async fn a_stalled_snapshot_client_does_not_hold_up_writes() {
     let total = first.remaining_bytes() as usize + first.blob().len();
     assert!(total > 6 * 1024 * 1024, "{total}");
     // The client reads nothing more for a while; writes go on meanwhile.
-    let mut writer = client(&[member.endpoint.clone()]).await;
+    let mut writer = client(std::slice::from_ref(&member.endpoint)).await;
     let started = Instant::now();
     for i in 0..200 {
         let put = tokio::time::timeout(

@@ -245,3 +245,33 @@ fn restore_refuses_damaged_files_and_bad_flags_with_etcdutls_errors() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("exists"));
 }
+
+#[test]
+fn restore_refuses_a_file_that_holds_no_oxcd_database() {
+    // An etcd (bbolt) snapshot, or anything else, with a valid sha256.
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, vec![0x5au8; 8192]).unwrap();
+    let path = dir.path().join("etcd-snapshot.db");
+    write_snapshot(&junk, &mut File::create(&path).unwrap()).unwrap();
+    let data = dir.path().join("out");
+    let out = oxctl(&[
+        "snapshot",
+        "restore",
+        path.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("Error: snapshot file is not an oxcd snapshot"),
+        "{stderr}"
+    );
+    assert!(!data.exists(), "a failed restore leaves no data dir");
+    let out = oxctl(&["snapshot", "status", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = oxctl(&["snapshot", "status", "/nonexistent/snap.db"]);
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("Error: stat /nonexistent/snap.db: no such file or directory"));
+}

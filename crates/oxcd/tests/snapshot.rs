@@ -110,6 +110,12 @@ async fn etcdctl_34_and_35_snapshot_save_against_oxcd_pass_their_own_checks() {
     }
     assert!(saved > 0, "no etcdctl installed");
 
+    // A copy left by a crashed earlier process is swept up.
+    let stale = dir
+        .path()
+        .join("data/member/snap/client-snapshot-999999999-0.db.tmp");
+    std::fs::write(&stale, b"partial copy").unwrap();
+
     // The stream itself: remaining bytes count down, the first message has
     // a header, the last one is the sha256 of everything before it.
     let mut stream = c.maintenance_client().snapshot().await.unwrap();

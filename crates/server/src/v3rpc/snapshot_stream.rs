@@ -45,17 +45,40 @@ type Item = Result<SnapshotResponse, Status>;
 pub fn start(server: Arc<EtcdServer>) -> ReceiverStream<Item> {
     let (tx, rx) = mpsc::channel(SNAPSHOT_STREAM_QUEUE);
     let temp = server.cfg.member_dir().join("snap").join(format!(
-        "client-snapshot-{}-{}.db.tmp",
+        "{TEMP_PREFIX}{}-{}{TEMP_SUFFIX}",
         std::process::id(),
         NEXT_SNAPSHOT.fetch_add(1, Ordering::Relaxed)
     ));
     tokio::task::spawn_blocking(move || {
+        if let Some(snap_dir) = temp.parent() {
+            remove_stale_copies(snap_dir);
+        }
         if let Err(status) = send_snapshot(&server, &temp, &tx) {
             let _ = tx.blocking_send(Err(status));
         }
         let _ = std::fs::remove_file(&temp);
     });
     ReceiverStream::new(rx)
+}
+
+const TEMP_PREFIX: &str = "client-snapshot-";
+const TEMP_SUFFIX: &str = ".db.tmp";
+
+/// Copies a previous process left behind (it crashed while copying: a copy
+/// is unlinked as soon as it is complete). Copies of this process may be
+/// in progress and are left alone.
+fn remove_stale_copies(snap_dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(snap_dir) else {
+        return;
+    };
+    let own = format!("{TEMP_PREFIX}{}-", std::process::id());
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if name.starts_with(TEMP_PREFIX) && name.ends_with(TEMP_SUFFIX) && !name.starts_with(&own) {
+            tracing::warn!(path = %entry.path().display(), "removing a snapshot copy left by a previous run");
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// Fails with the status to send when the copy cannot be made or read;

@@ -72,6 +72,9 @@ pub enum SnapshotFileError {
     HashMismatch { expected: Vec<u8>, got: Vec<u8> },
     #[error("snapshot file is not an oxcd snapshot (its database does not open: {0})")]
     NotADatabase(String),
+    /// A backend file copied from a member that was running or crashed.
+    #[error("snapshot file holds a database that was not closed cleanly (copied from a running member?): stop the member first, or take a snapshot with `etcdctl snapshot save`")]
+    NotClosedCleanly,
     #[error(transparent)]
     Mvcc(#[from] MvccError),
 }
@@ -215,7 +218,10 @@ impl SnapshotFile {
         Builder::new()
             .set_cache_size(COPY_CACHE_BYTES)
             .open_read_only_with_backend(view)
-            .map_err(|e| SnapshotFileError::NotADatabase(e.to_string()))
+            .map_err(|e| match e {
+                redb::DatabaseError::RepairAborted => SnapshotFileError::NotClosedCleanly,
+                e => SnapshotFileError::NotADatabase(e.to_string()),
+            })
     }
 
     /// Hash, revision, total keys and size, as `snapshot status` prints them.
@@ -509,6 +515,22 @@ mod tests {
         // The new cluster applies from its first raft entry.
         put(&reopened, 1, "after", "x", 0);
         assert_eq!(reopened.current_revision(), store.current_revision() + 1);
+    }
+
+    #[test]
+    fn a_backend_file_of_a_running_member_is_refused_with_a_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _snap) = source(dir.path());
+        store.commit(true).unwrap();
+        // Still open: redb marks the file as needing recovery until closed.
+        let live = SnapshotFile::open(&dir.path().join("source.db"), true).unwrap();
+        assert!(matches!(
+            live.status(),
+            Err(SnapshotFileError::NotClosedCleanly)
+        ));
+        drop(store);
+        let closed = SnapshotFile::open(&dir.path().join("source.db"), true).unwrap();
+        assert_eq!(closed.status().unwrap().total_key, 104);
     }
 
     #[test]

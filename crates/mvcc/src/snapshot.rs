@@ -38,11 +38,6 @@ where
     Ok(())
 }
 
-/// Page cache of a copy being written (redb's default is 1 GiB): the copy's
-/// dirty pages spill to its file past this, so copying a large backend
-/// (a raft snapshot, a client's Maintenance.Snapshot) needs little memory.
-pub(crate) const COPY_CACHE_BYTES: usize = 32 * 1024 * 1024;
-
 fn copy_all(from: &redb::ReadTransaction, to: &redb::WriteTransaction) -> Result<(), MvccError> {
     copy_table(from, to, KEY_TABLE)?;
     copy_table(from, to, META_TABLE)?;
@@ -75,7 +70,7 @@ impl Store {
             };
         let _ = std::fs::remove_file(dest);
         let copy = redb::Builder::new()
-            .set_cache_size(COPY_CACHE_BYTES)
+            .set_cache_size(crate::snapshot_file::COPY_CACHE_BYTES)
             .create(dest)
             .map_err(backend_error)?;
         let mut txn = copy.begin_write().map_err(backend_error)?;

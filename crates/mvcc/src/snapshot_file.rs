@@ -45,7 +45,7 @@ use sha2::{Digest, Sha256};
 
 use crate::backend::{backend_error, SideTable, KEY_TABLE, META_CONSISTENT_INDEX, META_TABLE};
 use crate::revision::RevisionKey;
-use crate::snapshot::{copy_table, COPY_CACHE_BYTES};
+use crate::snapshot::copy_table;
 use crate::MvccError;
 
 /// The body of a snapshot file is a multiple of this (a disk sector; the
@@ -55,6 +55,11 @@ pub const SNAPSHOT_ALIGN: u64 = 512;
 pub const SHA256_LEN: u64 = 32;
 /// Chunk size of Maintenance.Snapshot responses (etcd's snapshotSendBufferSize).
 pub const SNAPSHOT_SEND_BUFFER_SIZE: usize = 32 * 1024;
+/// Page cache of a copy being written or read (redb's default is 1 GiB):
+/// a copy's dirty pages spill to its file past this, so copying a large
+/// backend (a raft snapshot, a client's Maintenance.Snapshot, a restore)
+/// needs little memory of its own.
+pub(crate) const COPY_CACHE_BYTES: usize = 32 * 1024 * 1024;
 const PAD_TRAILER_MAGIC: &[u8; 8] = b"oxcdpad1";
 const PAD_TRAILER_LEN: u64 = 16;
 /// Reads while hashing a file go in blocks of this size.

@@ -80,8 +80,28 @@ pub enum SnapshotFileError {
     /// A backend file copied from a member that was running or crashed.
     #[error("snapshot file holds a database that was not closed cleanly (copied from a running member?): stop the member first, or take a snapshot with `etcdctl snapshot save`")]
     NotClosedCleanly,
+    /// redb asserts its own invariants: on a damaged file it may panic,
+    /// which reading an untrusted file turns into this error.
+    #[error("snapshot file is damaged (its database cannot be read: {0})")]
+    Damaged(String),
     #[error(transparent)]
     Mvcc(#[from] MvccError),
+}
+
+/// Runs `read` over an untrusted file's database, turning a panic of redb
+/// (its invariant checks on damaged pages) into an error.
+fn guarded<T>(read: impl FnOnce() -> Result<T, SnapshotFileError>) -> Result<T, SnapshotFileError> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)) {
+        Ok(result) => result,
+        Err(panic) => {
+            let reason = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "redb panicked".to_string());
+            Err(SnapshotFileError::Damaged(reason))
+        }
+    }
 }
 
 /// The padding that follows a redb file of `db_len` bytes in a snapshot body.
@@ -214,7 +234,9 @@ impl SnapshotFile {
         Ok(if consistent { db_len } else { body_len })
     }
 
-    /// The redb file inside, opened read-only in place.
+    /// The redb file inside, opened read-only in place. Reading a damaged
+    /// file through it may panic (redb's checks): [`Self::status`] and
+    /// [`Self::restore_to`] turn that into [`SnapshotFileError::Damaged`].
     pub fn open_database(&self) -> Result<ReadOnlyDatabase, SnapshotFileError> {
         let view = BoundedFile {
             file: File::open(&self.path)?,
@@ -231,6 +253,10 @@ impl SnapshotFile {
 
     /// Hash, revision, total keys and size, as `snapshot status` prints them.
     pub fn status(&self) -> Result<SnapshotStatus, SnapshotFileError> {
+        guarded(|| self.status_unguarded())
+    }
+
+    fn status_unguarded(&self) -> Result<SnapshotStatus, SnapshotFileError> {
         let db = self.open_database()?;
         let txn = db.begin_read().map_err(backend_error)?;
         let mut hasher = crc32fast::Hasher::new();
@@ -283,6 +309,14 @@ impl SnapshotFile {
     /// raft log applies from its first entry (etcd's restore resets it the
     /// same way, to the index of its bootstrap entries). Durable on return.
     pub fn restore_to(
+        &self,
+        dest: &Path,
+        members: &[(u64, Vec<u8>)],
+    ) -> Result<RestoreSummary, SnapshotFileError> {
+        guarded(|| self.restore_unguarded(dest, members))
+    }
+
+    fn restore_unguarded(
         &self,
         dest: &Path,
         members: &[(u64, Vec<u8>)],
@@ -563,5 +597,62 @@ mod tests {
         // With --skip-hash-check a bare redb file (a copied member/snap/db) restores.
         let bare = SnapshotFile::open(&truncated, true).unwrap();
         assert!(!bare.has_hash);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Whatever bytes a file holds, opening and reading it fails
+        /// cleanly: never a panic, never a database length past the body.
+        #[test]
+        fn any_file_is_refused_or_read_without_panicking(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..3000),
+            trailer_len in proptest::prelude::any::<u64>(),
+            with_trailer in proptest::prelude::any::<bool>(),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("f");
+            let mut bytes = bytes;
+            if with_trailer && bytes.len() >= 16 {
+                let at = bytes.len() - 16;
+                bytes[at..at + 8].copy_from_slice(PAD_TRAILER_MAGIC);
+                bytes[at + 8..].copy_from_slice(&trailer_len.to_be_bytes());
+            }
+            std::fs::write(&path, &bytes).unwrap();
+            let _ = SnapshotFile::open(&path, false);
+            let file = SnapshotFile::open(&path, true).unwrap();
+            proptest::prop_assert!(file.db_len <= file.body_len);
+            proptest::prop_assert!(file.status().is_err());
+        }
+    }
+
+    #[test]
+    fn damaged_databases_read_with_skip_hash_check_fail_without_panicking() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, snap) = source(dir.path());
+        let original = std::fs::read(&snap).unwrap();
+        let damaged = dir.path().join("damaged");
+        let mut rng = 0x9e3779b97f4a7c15u64;
+        let mut panics = 0;
+        for _ in 0..200 {
+            let mut bytes = original.clone();
+            for _ in 0..4 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let at = (rng % (bytes.len() as u64 - 32)) as usize;
+                bytes[at] ^= (rng >> 32) as u8 | 1;
+            }
+            std::fs::write(&damaged, &bytes).unwrap();
+            let result = std::panic::catch_unwind(|| {
+                let file = SnapshotFile::open(&damaged, true).unwrap();
+                let _ = file.status();
+                let _ = file.restore_to(&dir.path().join("out.db"), &[]);
+            });
+            if result.is_err() {
+                panics += 1;
+            }
+        }
+        assert_eq!(panics, 0, "a panic escaped on damaged input");
     }
 }

@@ -68,6 +68,9 @@
 //! `leasepb.Lease`, an alarm); mvcc stores them in the same transaction as
 //! the consistent index of the entry that changed them and never reads them.
 //!
+//! Snapshot files (what Maintenance.Snapshot streams and `oxctl snapshot`
+//! reads: this redb file, padding, a sha256) are laid out in [`snapshot_file`].
+//!
 //! # Invariants
 //!
 //! * The consistent index is written in the same redb transaction as the
@@ -96,6 +99,7 @@ pub mod key_index;
 mod range;
 pub mod revision;
 mod snapshot;
+pub mod snapshot_file;
 mod store;
 mod txn;
 pub mod watch;

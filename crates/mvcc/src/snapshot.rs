@@ -15,7 +15,7 @@ use crate::backend::{self, backend_error, SideTable, KEY_TABLE, META_TABLE};
 use crate::store::{IndexState, Pending, INITIAL_REVISION, NO_COMPACTION};
 use crate::{MvccError, Store};
 
-fn copy_table<K, V>(
+pub(crate) fn copy_table<K, V>(
     from: &redb::ReadTransaction,
     to: &redb::WriteTransaction,
     table: TableDefinition<K, V>,
@@ -73,7 +73,10 @@ impl Store {
                 }
             };
         let _ = std::fs::remove_file(dest);
-        let copy = Database::create(dest).map_err(backend_error)?;
+        let copy = redb::Builder::new()
+            .set_cache_size(crate::snapshot_file::COPY_CACHE_BYTES)
+            .create(dest)
+            .map_err(backend_error)?;
         let mut txn = copy.begin_write().map_err(backend_error)?;
         txn.set_durability(Durability::Immediate)
             .map_err(backend_error)?;

@@ -140,9 +140,11 @@ impl Maintenance for MaintenanceService {
 
     async fn snapshot(
         &self,
-        _: Request<SnapshotRequest>,
+        request: Request<SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
-        Err(Status::unimplemented("Snapshot is not implemented yet"))
+        check_require_leader(&self.server, &request)?;
+        let stream = crate::v3rpc::snapshot_stream::start(self.server.clone());
+        Ok(Response::new(Box::pin(stream)))
     }
 
     /// Hands leadership to another voting member (etcd's MoveLeader): only

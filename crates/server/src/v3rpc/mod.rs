@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod kv;
 pub mod lease;
 pub mod maintenance;
+pub mod snapshot_stream;
 pub mod watch;
 
 use api::rpctypes;

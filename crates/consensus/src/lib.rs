@@ -193,6 +193,8 @@ pub(crate) enum Input {
         to: u64,
         finished: bool,
     },
+    /// Hands leadership to another voter (raft's MsgTransferLeader).
+    TransferLeader(u64),
 }
 
 /// State shared between handles and the raft thread without a channel.
@@ -319,6 +321,13 @@ impl RaftHandle {
         let (reply, rx) = oneshot::channel();
         self.send(Input::ReadIndex { reply }).await?;
         rx.await.map_err(|_| ConsensusError::Stopped)?
+    }
+
+    /// Asks the leader to hand leadership to `transferee` (it catches the
+    /// transferee's log up, then tells it to campaign at once). Watch
+    /// `status().leader` for the outcome.
+    pub async fn transfer_leader(&self, transferee: u64) -> Result<(), ConsensusError> {
+        self.send(Input::TransferLeader(transferee)).await
     }
 
     /// Hands a raft message from a peer to the raft thread.

@@ -379,6 +379,7 @@ impl Node {
                 };
                 self.raw.report_snapshot(to, status);
             }
+            Input::TransferLeader(transferee) => self.raw.transfer_leader(transferee),
             Input::Step(msg) => {
                 if let Err(e) = self.raw.step(msg) {
                     tracing::debug!(error = %e, "raft: dropped a peer message");
@@ -685,7 +686,7 @@ impl Node {
                 Input::ReadIndex { reply } => {
                     let _ = reply.send(Err(ConsensusError::Stopped));
                 }
-                Input::Step(_) | Input::ReportSnapshot { .. } => {}
+                Input::Step(_) | Input::ReportSnapshot { .. } | Input::TransferLeader(_) => {}
             }
         }
         let rounds = std::mem::take(&mut self.read_rounds);

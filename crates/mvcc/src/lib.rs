@@ -68,6 +68,9 @@
 //! `leasepb.Lease`, an alarm); mvcc stores them in the same transaction as
 //! the consistent index of the entry that changed them and never reads them.
 //!
+//! Snapshot files (what Maintenance.Snapshot streams and `oxctl snapshot`
+//! reads: this redb file, padding, a sha256) are laid out in [`snapshot_file`].
+//!
 //! # Invariants
 //!
 //! * The consistent index is written in the same redb transaction as the
@@ -90,10 +93,13 @@
 //!   higher, or 1. Uncommitted writes are lost: the WAL replays them.
 
 mod backend;
+mod defrag;
+mod hash;
 pub mod key_index;
 mod range;
 pub mod revision;
 mod snapshot;
+pub mod snapshot_file;
 mod store;
 mod txn;
 pub mod watch;
@@ -101,6 +107,7 @@ mod watch_group;
 mod watch_sync;
 
 pub use backend::{scan_key_value, KeyValueFields, SideTable};
+pub use defrag::DefragStats;
 pub use revision::{Revision, RevisionKey};
 pub use store::{LeaseLookup, Store};
 pub use txn::{is_txn_read_only, TxnWrite, WriteResult};
@@ -125,6 +132,10 @@ pub enum MvccError {
     Backend(String),
     #[error("mvcc: corrupt data: {0}")]
     Corrupt(String),
+    /// A commit asked for while a defragmentation copies the file: the
+    /// batch stays pending (readable) and is committed after the swap.
+    #[error("mvcc: commit deferred by a defragmentation")]
+    Deferred,
 }
 
 #[cfg(test)]

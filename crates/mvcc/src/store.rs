@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use api::etcdserverpb::{RangeRequest, RangeResponse, TxnRequest, TxnResponse};
 use api::mvccpb::KeyValue;
@@ -51,20 +52,27 @@ pub(crate) struct Pending {
 /// writes (`write`, `compact`, `commit`, `set_consistent_index`) from one
 /// thread, serialized by an internal writer lock.
 pub struct Store {
-    pub(crate) db: Database,
+    /// The redb file. Swapped (under the writer and pending locks) only by a
+    /// defragmentation; take it with [`Store::db`] at the moment a read
+    /// transaction begins, after an overlay miss.
+    db: RwLock<Arc<Database>>,
     path: PathBuf,
     pub(crate) state: RwLock<IndexState>,
     pub(crate) pending: RwLock<Pending>,
     pub(crate) writer: Mutex<()>,
     pub(crate) consistent_index: AtomicU64,
     pub(crate) durable_consistent_index: AtomicU64,
-    size_in_use: AtomicI64,
+    pub(crate) size_in_use: AtomicI64,
     pub(crate) events_prev_kv: AtomicBool,
     /// Whether a lease exists, asked before a put that names one (the lessor
     /// lives above mvcc). None: every lease is taken as existing.
     pub(crate) lease_lookup: RwLock<Option<LeaseLookup>>,
     /// Watchers, notified by `TxnWrite::end` (see [`crate::watch`]).
     pub(crate) watch: crate::watch::WatchHub,
+    /// Set while a defragmentation copies the file: commits are deferred.
+    pub(crate) defragmenting: AtomicBool,
+    /// Serializes defragmentation with backups and snapshot installs.
+    pub(crate) defrag_lock: Mutex<()>,
     /// Leased live keys found by the last load, until the lessor takes them.
     pub(crate) loaded_leased_keys: Mutex<Vec<(Bytes, i64)>>,
 }
@@ -75,12 +83,15 @@ pub type LeaseLookup = std::sync::Arc<dyn Fn(i64) -> bool + Send + Sync>;
 impl Store {
     /// Creates or opens the file and rebuilds the key index from it.
     pub fn open(path: &Path) -> Result<Store, MvccError> {
+        crate::defrag::remove_leftover(path);
         let db = backend::open_database(path)?;
         let loaded = backend::load(&db)?;
         let compact_revision = loaded.compact_revision.max(NO_COMPACTION);
         let size = std::fs::metadata(path).map(|m| m.len() as i64).unwrap_or(0);
         Ok(Store {
-            db,
+            db: RwLock::new(Arc::new(db)),
+            defragmenting: AtomicBool::new(false),
+            defrag_lock: Mutex::new(()),
             path: path.to_path_buf(),
             state: RwLock::new(IndexState {
                 tree: loaded.index,
@@ -100,6 +111,22 @@ impl Store {
             events_prev_kv: AtomicBool::new(true),
             watch: crate::watch::WatchHub::default(),
         })
+    }
+
+    /// The current redb file handle.
+    pub(crate) fn db(&self) -> Arc<Database> {
+        self.db.read().clone()
+    }
+
+    /// Replaces the file handle (defragmentation); the caller holds the
+    /// writer and pending locks, and drops the old handle after releasing
+    /// them (closing a redb file writes its allocator state: not under locks).
+    pub(crate) fn swap_db(&self, db: Database) -> Arc<Database> {
+        std::mem::replace(&mut *self.db.write(), Arc::new(db))
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Last raft index recorded, committed or not.
@@ -217,7 +244,7 @@ impl Store {
     /// Every record of a side table: the file's, with applied-but-uncommitted
     /// changes.
     pub fn side_records(&self, side: SideTable) -> Result<BTreeMap<u64, Vec<u8>>, MvccError> {
-        let mut records = backend::load_side(&self.db, side)?;
+        let mut records = backend::load_side(&self.db(), side)?;
         let pending = self.pending.read();
         for ((_, id), record) in pending.side.range((side, 0)..=(side, u64::MAX)) {
             match record {
@@ -289,6 +316,14 @@ impl Store {
     /// transaction; fsynced when `durable`.
     pub fn commit(&self, durable: bool) -> Result<(), MvccError> {
         let _writer = self.writer.lock();
+        self.commit_locked(durable)
+    }
+
+    /// [`Store::commit`] for a caller that holds the writer lock.
+    pub(crate) fn commit_locked(&self, durable: bool) -> Result<(), MvccError> {
+        if self.defragmenting.load(Ordering::Acquire) {
+            return Err(MvccError::Deferred);
+        }
         // Only the writer changes `pending`, so an upgradable read keeps it
         // stable while readers go on reading the overlay during the commit.
         let pending = self.pending.upgradable_read();
@@ -302,7 +337,7 @@ impl Store {
             return Ok(());
         }
         let in_use = backend::commit_batch(
-            &self.db,
+            &self.db(),
             &Batch {
                 records: &pending.records,
                 deletions: &pending.deletions,
@@ -380,7 +415,7 @@ impl Store {
                 .collect();
             let deleted: HashSet<RevisionKey> = pending.deletions.iter().copied().collect();
             // Begun under the pending lock: whatever redb lacks is in `overlay`.
-            let txn = self.db.begin_read().map_err(backend_error)?;
+            let txn = self.db().begin_read().map_err(backend_error)?;
             let table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
             (overlay, deleted, table)
         };
@@ -417,9 +452,12 @@ impl Store {
 /// the pending overlay, then redb, whose read transaction is begun only after
 /// an overlay miss (the writer drops overlay entries only after redb has
 /// committed them, so a miss means redb has them).
+type KeyTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
+
 pub(crate) struct ValueReader<'s> {
     store: &'s Store,
-    table: Option<ReadOnlyTable<&'static [u8], &'static [u8]>>,
+    /// The table, and the file handle it was read from (kept alive with it).
+    table: Option<(KeyTable, Arc<Database>)>,
 }
 
 impl<'s> ValueReader<'s> {
@@ -427,13 +465,14 @@ impl<'s> ValueReader<'s> {
         ValueReader { store, table: None }
     }
 
-    fn table(&mut self) -> Result<&ReadOnlyTable<&'static [u8], &'static [u8]>, MvccError> {
+    fn table(&mut self) -> Result<&KeyTable, MvccError> {
         if self.table.is_none() {
-            let txn = self.store.db.begin_read().map_err(backend_error)?;
-            self.table = Some(txn.open_table(KEY_TABLE).map_err(backend_error)?);
+            let db = self.store.db();
+            let txn = db.begin_read().map_err(backend_error)?;
+            self.table = Some((txn.open_table(KEY_TABLE).map_err(backend_error)?, db));
         }
         match &self.table {
-            Some(table) => Ok(table),
+            Some((table, _)) => Ok(table),
             None => unreachable!("table opened above"),
         }
     }

@@ -99,6 +99,23 @@ struct Flags {
         value_parser = parse_go_duration
     )]
     experimental_watch_progress_notify_interval: Duration,
+    /// Interpret 'auto-compaction-retention' one of: periodic|revision. 'periodic' for duration based retention, defaulting to hours if no time unit is provided (e.g. '5m'). 'revision' for revision number based retention.
+    #[arg(long, env = "ETCD_AUTO_COMPACTION_MODE", default_value = "periodic")]
+    auto_compaction_mode: String,
+    /// Auto compaction retention for mvcc key value store. 0 means disable auto compaction.
+    #[arg(long, env = "ETCD_AUTO_COMPACTION_RETENTION", default_value = "0")]
+    auto_compaction_retention: String,
+    /// Enable to check data corruption before serving any client/peer traffic.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    experimental_initial_corrupt_check: bool,
+    /// Duration of time between cluster corruption check passes (Go duration; 0s disables).
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME",
+        default_value = "0s",
+        value_parser = parse_go_duration
+    )]
+    experimental_corrupt_check_time: Duration,
     /// Enable leader to send regular checkpoints to other members to prevent reset of remaining TTL on leader change.
     #[arg(long, env = "ETCD_EXPERIMENTAL_ENABLE_LEASE_CHECKPOINT", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     experimental_enable_lease_checkpoint: bool,
@@ -201,6 +218,11 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
             flags.initial_cluster_state
         ));
     }
+    let auto_compaction = server::compactor::parse(
+        &flags.auto_compaction_mode,
+        &flags.auto_compaction_retention,
+        parse_go_duration,
+    )?;
     if flags.logger != "zap" {
         return Err(format!(
             "unknown logger option {:?} (only 'zap' is supported)",
@@ -232,11 +254,7 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
         election_timeout: Duration::from_millis(flags.election_timeout),
         max_request_bytes: flags.max_request_bytes as usize,
         max_txn_ops: flags.max_txn_ops as usize,
-        quota_backend_bytes: if flags.quota_backend_bytes <= 0 {
-            ServerConfig::default().quota_backend_bytes
-        } else {
-            flags.quota_backend_bytes
-        },
+        quota_backend_bytes: quota_backend_bytes(flags.quota_backend_bytes),
         snapshot_catch_up_entries: flags.experimental_snapshot_catchup_entries.max(1),
         max_concurrent_streams: if flags.max_concurrent_streams == u32::MAX {
             None
@@ -248,7 +266,29 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
             || flags.experimental_enable_lease_checkpoint_persist)
             .then_some(flags.experimental_lease_checkpoint_interval)
             .filter(|interval| !interval.is_zero()),
+        auto_compaction,
+        initial_corrupt_check: flags.experimental_initial_corrupt_check,
+        corrupt_check_time: flags.experimental_corrupt_check_time,
+        ..ServerConfig::default()
     })
+}
+
+/// etcd's quota rules: 0 is the default (2 GiB), negative disables the
+/// quota, and anything above 8 GiB is capped there with a warning.
+fn quota_backend_bytes(flag: i64) -> i64 {
+    match flag {
+        0 => ServerConfig::default().quota_backend_bytes,
+        q if q < 0 => 0,
+        q if q > server::alarms::MAX_QUOTA_BYTES => {
+            tracing::warn!(
+                "quota-size-bytes" = q,
+                "quota-maximum-size-bytes" = server::alarms::MAX_QUOTA_BYTES,
+                "quota exceeds the maximum value"
+            );
+            server::alarms::MAX_QUOTA_BYTES
+        }
+        q => q,
+    }
 }
 
 fn print_version() {

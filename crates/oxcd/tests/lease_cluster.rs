@@ -37,7 +37,7 @@ async fn keep_alive_through_a_follower_reaches_the_leader() {
     let cluster = Cluster::start(3, &[]);
     let leader_index = leader(&cluster).await;
     let follower = cluster.endpoint((leader_index + 1) % 3);
-    let mut c = client(&[follower.clone()]).await;
+    let mut c = client(std::slice::from_ref(&follower)).await;
     let lease = c.lease_grant(3, None).await.unwrap().id();
     c.put("f/key", "v", Some(PutOptions::new().with_lease(lease)))
         .await
@@ -69,7 +69,7 @@ async fn lease_survives_the_leaders_death_with_keep_alives_flowing() {
     let mut cluster = Cluster::start(3, &[]);
     let old_leader = leader(&cluster).await;
     let survivor = cluster.endpoint((old_leader + 1) % 3);
-    let mut c = client(&[survivor.clone()]).await;
+    let mut c = client(std::slice::from_ref(&survivor)).await;
     let lease = c.lease_grant(4, None).await.unwrap().id();
     c.put("s/key", "v", Some(PutOptions::new().with_lease(lease)))
         .await
@@ -110,7 +110,7 @@ async fn checkpointed_lease_keeps_its_remaining_ttl_across_a_leader_change() {
     );
     let old_leader = leader(&cluster).await;
     let survivor = cluster.endpoint((old_leader + 1) % 3);
-    let mut c = client(&[survivor.clone()]).await;
+    let mut c = client(std::slice::from_ref(&survivor)).await;
     let lease = c.lease_grant(30, None).await.unwrap().id();
     let granted = Instant::now();
     // Let a few checkpoints (one a second) record the remaining TTL.

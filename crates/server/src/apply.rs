@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use api::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
-    InternalRaftRequest, LeaseCheckpointRequest, LeaseGrantRequest, LeaseGrantResponse,
-    LeaseRevokeRequest, LeaseRevokeResponse, PutRequest, PutResponse, ResponseHeader, TxnRequest,
-    TxnResponse,
+    alarm_request::AlarmAction, AlarmRequest, AlarmResponse, AlarmType, CompactionRequest,
+    CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, InternalRaftRequest,
+    LeaseCheckpointRequest, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest,
+    LeaseRevokeResponse, PutRequest, PutResponse, ResponseHeader, TxnRequest, TxnResponse,
 };
 use api::rpctypes::{self, EtcdError};
 use consensus::{CommittedBatch, RaftHandle};
@@ -23,6 +23,7 @@ use prost::Message;
 use raft::eraftpb::{Entry, EntryType};
 use tokio::sync::{mpsc, watch};
 
+use crate::alarms::{self, Alarms, Restriction};
 use crate::errors;
 use crate::lease::Lessor;
 use crate::membership::{encode_member, ClusterMembers};
@@ -38,6 +39,7 @@ pub enum ApplyResponse {
     DeleteRange(DeleteRangeResponse),
     Txn(TxnResponse),
     Compaction(CompactionResponse),
+    Alarm(AlarmResponse),
     LeaseGrant(LeaseGrantResponse),
     LeaseRevoke(LeaseRevokeResponse),
     LeaseCheckpoint,
@@ -54,6 +56,7 @@ pub struct Applier {
     pub snapshot_count: u64,
     pub members: Arc<ClusterMembers>,
     pub lessor: Arc<Lessor>,
+    pub alarms: Arc<Alarms>,
 }
 
 impl Applier {
@@ -104,6 +107,10 @@ impl Applier {
     fn commit(&self, durable: bool) -> bool {
         match self.store.commit(durable) {
             Ok(()) => true,
+            // A defragmentation is copying the file: the batch stays in
+            // memory and goes to the new file after the swap; no snapshot
+            // (which would release WAL) until then.
+            Err(mvcc::MvccError::Deferred) => false,
             Err(e) => {
                 // Without its backend the member cannot make progress; the WAL
                 // still holds every entry, so stopping loses nothing.
@@ -151,6 +158,10 @@ impl Applier {
                 .filter_map(|b| crate::membership::decode_member(b))
                 .collect(),
         );
+        if let Err(e) = crate::startup::recover_alarms(&self.alarms, &self.store) {
+            tracing::error!(index, error = %e, "failed to rebuild alarms from the database snapshot; exiting");
+            std::process::exit(1);
+        }
         if let Err(e) = crate::startup::recover_lessor(&self.lessor, &self.store) {
             tracing::error!(index, error = %e, "failed to rebuild leases from the database snapshot; exiting");
             std::process::exit(1);
@@ -188,6 +199,13 @@ impl Applier {
     }
 
     fn apply_request(&self, request: InternalRaftRequest, index: u64) -> ApplyOutcome {
+        if let Err(e) = self.check_alarms(&request) {
+            self.store.set_consistent_index(index);
+            return Err(e);
+        }
+        if let Some(alarm) = request.alarm {
+            return Ok(ApplyResponse::Alarm(self.apply_alarm(&alarm, index)));
+        }
         if let Some(put) = request.put {
             return self.apply_put(&put, index).map(ApplyResponse::Put);
         }
@@ -240,6 +258,82 @@ impl Applier {
         // index so that replay stays idempotent.
         self.store.set_consistent_index(index);
         Err(rpctypes::NOT_CAPABLE)
+    }
+
+    /// What a raised alarm refuses (etcd's capped and corrupt appliers).
+    fn check_alarms(&self, request: &InternalRaftRequest) -> Result<(), EtcdError> {
+        match self.alarms.restriction() {
+            Restriction::None => Ok(()),
+            Restriction::Capped => {
+                let grows = request.put.is_some()
+                    || request.lease_grant.is_some()
+                    || request
+                        .txn
+                        .as_ref()
+                        .is_some_and(|t| alarms::cost_txn(t) > 0);
+                if grows {
+                    Err(rpctypes::NO_SPACE)
+                } else {
+                    Ok(())
+                }
+            }
+            Restriction::Corrupt => {
+                let writes = request.put.is_some()
+                    || request.delete_range.is_some()
+                    || request.txn.is_some()
+                    || request.compaction.is_some()
+                    || request.lease_grant.is_some()
+                    || request.lease_revoke.is_some();
+                if writes {
+                    Err(rpctypes::CORRUPT)
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// etcd's applierV3backend.Alarm: GET lists; ACTIVATE/DEACTIVATE change
+    /// the set (persisted with this entry's index) and answer with the alarm
+    /// changed, if any.
+    fn apply_alarm(&self, req: &AlarmRequest, index: u64) -> AlarmResponse {
+        let mut resp = AlarmResponse::default();
+        let changed = match AlarmAction::try_from(req.action) {
+            Ok(AlarmAction::Get) => {
+                resp.alarms = self.alarms.get(req.alarm);
+                None
+            }
+            Ok(AlarmAction::Activate) => self
+                .alarms
+                .activate(req.member_id, req.alarm)
+                .map(|m| (m, true)),
+            Ok(AlarmAction::Deactivate) => self
+                .alarms
+                .deactivate(req.member_id, req.alarm)
+                .map(|m| (m, false)),
+            Err(_) => None,
+        };
+        match changed {
+            Some((member, raised)) => {
+                let name = AlarmType::try_from(member.alarm)
+                    .map(|a| a.as_str_name())
+                    .unwrap_or("UNKNOWN");
+                if raised {
+                    tracing::warn!(alarm = name, "from" = %format!("{:x}", member.member_id), "alarm raised");
+                } else {
+                    tracing::info!(alarm = name, "from" = %format!("{:x}", member.member_id), "alarm disarmed");
+                }
+                self.store.put_side(
+                    SideTable::Alarms,
+                    alarms::record_key(member.member_id, member.alarm),
+                    raised.then(|| alarms::encode(member.member_id, member.alarm)),
+                    index,
+                );
+                resp.alarms.push(member);
+            }
+            None => self.store.set_consistent_index(index),
+        }
+        resp
     }
 
     fn apply_put(&self, put: &PutRequest, index: u64) -> Result<PutResponse, EtcdError> {

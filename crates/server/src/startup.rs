@@ -23,6 +23,7 @@ use mvcc::Store;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::alarms::Alarms;
 use crate::apply::Applier;
 use crate::config::{ServerConfig, GRPC_OVERHEAD_BYTES};
 use crate::etcdserver::EtcdServer;
@@ -51,6 +52,8 @@ pub enum StartError {
     Raft(#[from] consensus::ConsensusError),
     #[error("failed to listen on {url}: {error}")]
     Listen { url: String, error: std::io::Error },
+    #[error("{0}")]
+    Corrupt(String),
 }
 
 /// redb's file magic: a backend that does not start with it is not ours.
@@ -61,6 +64,13 @@ struct NoPeers;
 
 impl Transport for NoPeers {
     fn send(&self, _msgs: Vec<raft::eraftpb::Message>) {}
+}
+
+/// Rebuilds the alarms from the backend's alarm table.
+pub(crate) fn recover_alarms(alarms: &Alarms, store: &Store) -> Result<(), StartError> {
+    let records = store.side_records(mvcc::SideTable::Alarms)?;
+    alarms.recover(records.into_values());
+    Ok(())
 }
 
 /// Rebuilds the lessor from the backend's lease table and leased keys.
@@ -359,6 +369,8 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         cfg.lease_checkpoint_interval,
     ));
     recover_lessor(&lessor, &store)?;
+    let alarms = Arc::new(Alarms::default());
+    recover_alarms(&alarms, &store)?;
     {
         let lessor = lessor.clone();
         store.set_lease_lookup(Arc::new(move |id| lessor.exists(id)));
@@ -415,6 +427,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         snapshot_count: cfg.snapshot_count.max(1),
         members: members.clone(),
         lessor: lessor.clone(),
+        alarms: alarms.clone(),
     };
     let apply_thread = std::thread::Builder::new()
         .name("apply".into())
@@ -432,6 +445,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
             wait,
             applied_rx,
             lessor,
+            alarms,
             me.clone(),
         )
     });
@@ -465,6 +479,25 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         )));
         tracing::info!(address = %local, "serving peer traffic");
     }
+    if cfg.initial_corrupt_check {
+        if let Err(reason) = crate::corrupt::check_initial(&server).await {
+            let _ = shutdown.send(true);
+            let raft = server.raft.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                raft.stop();
+                let _ = apply_thread.join();
+            })
+            .await;
+            return Err(StartError::Corrupt(reason));
+        }
+    }
+    if !cfg.corrupt_check_time.is_zero() {
+        serving.push(tokio::spawn(crate::corrupt::run_periodic(
+            server.clone(),
+            cfg.corrupt_check_time,
+            shutdown_rx.clone(),
+        )));
+    }
     for (url, addr) in cfg.listen_client_urls.iter().zip(client_addrs) {
         let listener = TcpListener::bind(addr)
             .await
@@ -493,6 +526,14 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         server.clone(),
         shutdown_rx.clone(),
     )));
+    if let Some(mode) = server.cfg.auto_compaction {
+        serving.push(tokio::spawn(crate::compactor::run(
+            server.clone(),
+            mode,
+            server.cfg.auto_compaction_revision_interval,
+            shutdown_rx.clone(),
+        )));
+    }
     Ok(Member {
         server,
         client_addrs: bound,
@@ -518,6 +559,9 @@ async fn serve_peers(
     let result = tonic::transport::Server::builder()
         .add_service(peer)
         .add_service(lease::driver::LeasePeerService::server(server.clone()))
+        .add_service(crate::corrupt::MaintenancePeerService::server(
+            server.clone(),
+        ))
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
         })

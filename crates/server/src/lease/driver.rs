@@ -4,7 +4,6 @@
 //! peer listener; the leader's loop proposes the revocation of expired
 //! leases (rate-limited) and checkpoints of remaining TTLs.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,9 +15,8 @@ use api::etcdserverpb::{
 use api::oxcdpeerpb::lease_peer_client::LeasePeerClient;
 use api::oxcdpeerpb::lease_peer_server::{LeasePeer, LeasePeerServer};
 use api::rpctypes::{self, EtcdError};
-use parking_lot::Mutex;
 use tokio::sync::{watch, Semaphore};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 
 use super::MAX_LEASE_CHECKPOINT_BATCH_SIZE;
@@ -40,31 +38,6 @@ enum LeaderAnswer<T> {
     /// This member is not (or no longer) the leader.
     NotPrimary,
     Failed(EtcdError),
-}
-
-/// gRPC clients of the leader's peer listener, one per member.
-#[derive(Default)]
-pub struct LeaseForwarder {
-    channels: Mutex<HashMap<u64, (String, Channel)>>,
-}
-
-impl LeaseForwarder {
-    fn client(&self, server: &EtcdServer, leader: u64) -> Option<LeasePeerClient<Channel>> {
-        let url = server.members.get(leader)?.peer_urls.first()?.clone();
-        let mut channels = self.channels.lock();
-        if let Some((known, channel)) = channels.get(&leader) {
-            if *known == url {
-                return Some(LeasePeerClient::new(channel.clone()));
-            }
-        }
-        let channel = Endpoint::from_shared(url.clone())
-            .ok()?
-            .tcp_nodelay(true)
-            .connect_timeout(Duration::from_secs(1))
-            .connect_lazy();
-        channels.insert(leader, (url, channel.clone()));
-        Some(LeasePeerClient::new(channel))
-    }
 }
 
 impl EtcdServer {
@@ -160,7 +133,8 @@ impl EtcdServer {
                     LeaderAnswer::NotPrimary => {}
                 }
             } else if leader != 0 {
-                if let Some(client) = self.lease_forwarder.client(self, leader) {
+                if let Some(channel) = self.peer_channels.channel(&self.members, leader) {
+                    let client = LeasePeerClient::new(channel);
                     match tokio::time::timeout_at(deadline, remote(client)).await {
                         Ok(Ok(value)) => return Ok(value),
                         Ok(Err(status)) if status.code() == Code::NotFound => {

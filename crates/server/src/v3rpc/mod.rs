@@ -11,6 +11,7 @@ pub mod kv;
 pub mod lease;
 pub mod lock;
 pub mod maintenance;
+pub mod snapshot_stream;
 pub mod watch;
 
 use api::rpctypes;

@@ -65,7 +65,14 @@ pub struct Store {
     pub(crate) lease_lookup: RwLock<Option<LeaseLookup>>,
     /// Watchers, notified by `TxnWrite::end` (see [`crate::watch`]).
     pub(crate) watch: crate::watch::WatchHub,
+    /// Told how long each backend commit took (metrics live above mvcc).
+    commit_observer: std::sync::OnceLock<CommitObserver>,
 }
+
+/// Receives the duration of every backend commit that wrote something
+/// (etcd's etcd_disk_backend_commit_duration_seconds). Called by the
+/// committing thread: it must be cheap and must not block.
+pub type CommitObserver = std::sync::Arc<dyn Fn(std::time::Duration) + Send + Sync>;
 
 /// The lessor's answer to "does lease N exist?".
 pub type LeaseLookup = std::sync::Arc<dyn Fn(i64) -> bool + Send + Sync>;
@@ -93,6 +100,7 @@ impl Store {
             consistent_index: AtomicU64::new(loaded.consistent_index),
             durable_consistent_index: AtomicU64::new(loaded.consistent_index),
             size_in_use: AtomicI64::new(size),
+            commit_observer: std::sync::OnceLock::new(),
             lease_lookup: RwLock::new(None),
             events_prev_kv: AtomicBool::new(true),
             watch: crate::watch::WatchHub::default(),
@@ -264,6 +272,7 @@ impl Store {
         if nothing_pending && (!durable || self.durable_consistent_index() == consistent_index) {
             return Ok(());
         }
+        let started = std::time::Instant::now();
         let in_use = backend::commit_batch(
             &self.db,
             &Batch {
@@ -275,6 +284,9 @@ impl Store {
                 durable,
             },
         )?;
+        if let Some(observer) = self.commit_observer.get() {
+            observer(started.elapsed());
+        }
         // Overlay entries go only after redb has them (see the crate doc).
         let mut pending = RwLockUpgradableReadGuard::upgrade(pending);
         pending.records.clear();
@@ -289,6 +301,12 @@ impl Store {
                 .store(consistent_index, Ordering::Release);
         }
         Ok(())
+    }
+
+    /// Reports the duration of each later commit to `observer`; only the
+    /// first observer set is kept.
+    pub fn set_commit_observer(&self, observer: CommitObserver) {
+        let _ = self.commit_observer.set(observer);
     }
 
     /// Operations applied but not committed (records plus compaction deletions).

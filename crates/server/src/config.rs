@@ -35,6 +35,9 @@ pub struct ServerConfig {
     /// with the current revision (etcd's
     /// --experimental-watch-progress-notify-interval; 0 disables).
     pub watch_progress_notify_interval: Duration,
+    /// Extra listeners serving only /metrics and /health (etcd's
+    /// --listen-metrics-urls).
+    pub listen_metrics_urls: Vec<String>,
 }
 
 impl ServerConfig {
@@ -74,6 +77,7 @@ impl Default for ServerConfig {
             max_concurrent_streams: None,
             snapshot_catch_up_entries: 5000,
             watch_progress_notify_interval: Duration::from_secs(10 * 60),
+            listen_metrics_urls: Vec::new(),
         }
     }
 }

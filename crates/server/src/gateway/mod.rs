@@ -185,7 +185,7 @@ pub async fn serve_unary(
         return options_ok();
     }
     if request.method() != Method::POST {
-        return method_not_allowed("POST");
+        return method_not_allowed(None);
     }
     let body = match axum::body::to_bytes(request.into_body(), gateway.max_body()).await {
         Ok(body) => body,
@@ -265,7 +265,7 @@ pub async fn serve_watch(gateway: Arc<Gateway>, request: http::Request<Body>) ->
         return options_ok();
     }
     if request.method() != Method::POST {
-        return method_not_allowed("POST");
+        return method_not_allowed(None);
     }
     let max_body = gateway.max_body();
     let mut body = request.into_body();

@@ -117,7 +117,7 @@ pub async fn serve(server: Arc<EtcdServer>, request: http::Request<Body>) -> htt
         return crate::http::options_ok();
     }
     if request.method() != Method::GET {
-        return method_not_allowed("GET");
+        return method_not_allowed(Some("GET"));
     }
     let excluded = query_values(request.uri(), "exclude");
     let serializable = query_values(request.uri(), "serializable")

@@ -52,11 +52,15 @@ pub fn plain_error(status: StatusCode, message: &str) -> http::Response<Body> {
     cors(response)
 }
 
-pub fn method_not_allowed(allow: &'static str) -> http::Response<Body> {
+/// 405, naming the allowed method as etcd's own handlers do (grpc-gateway
+/// names none: pass None).
+pub fn method_not_allowed(allow: Option<&'static str>) -> http::Response<Body> {
     let mut response = plain_error(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
-    response
-        .headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    if let Some(allow) = allow {
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(allow));
+    }
     response
 }
 
@@ -86,7 +90,7 @@ async fn version(request: http::Request<Body>) -> http::Response<Body> {
     match *request.method() {
         Method::GET => with_content_type(version_json(), "application/json"),
         Method::OPTIONS => options_ok(),
-        _ => method_not_allowed("GET"),
+        _ => method_not_allowed(Some("GET")),
     }
 }
 

@@ -81,10 +81,13 @@ fn metrics_have_etcds_names_and_move_with_writes() {
     let range_ok = "grpc_server_handled_total{grpc_code=\"OK\",grpc_method=\"Range\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"}";
     let ranges = sample(&before, range_ok).expect("series created up front");
 
-    for i in 0..20 {
-        let body = format!("{{\"key\":\"a2V5{i}\",\"value\":\"dg==\"}}");
-        let put = http::post(endpoint, "/v3/kv/put", &body).unwrap();
-        assert_eq!(put.status, 200, "{}", put.body);
+    // "key0" .. "key9", twice each.
+    for round in 0..2 {
+        for digit in ["MA", "MQ", "Mg", "Mw", "NA", "NQ", "Ng", "Nw", "OA", "OQ"] {
+            let body = format!("{{\"key\":\"a2V5{digit}==\",\"value\":\"dg==\"}}");
+            let put = http::post(endpoint, "/v3/kv/put", &body).unwrap();
+            assert_eq!(put.status, 200, "round {round}: {}", put.body);
+        }
     }
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
@@ -101,7 +104,7 @@ fn metrics_have_etcds_names_and_move_with_writes() {
         "fsync count {fsyncs} -> {fsyncs_after}"
     );
     assert!(sample(&after, range_ok).unwrap() >= ranges + 1.0);
-    assert!(sample(&after, "etcd_debugging_mvcc_keys_total").unwrap() >= 20.0);
+    assert!(sample(&after, "etcd_debugging_mvcc_keys_total").unwrap() >= 10.0);
     assert!(
         sample(&after, "etcd_server_proposals_applied_total").unwrap()
             > sample(&before, "etcd_server_proposals_applied_total").unwrap()
@@ -139,7 +142,9 @@ fn health_and_version_answer_as_etcd_3_5() {
     assert_eq!(parsed["etcdserver"], "3.5.13");
     assert_eq!(parsed["etcdcluster"], "3.5.0");
     assert!(parsed["oxcd"].is_string(), "{}", version.body);
-    assert!(version.body.starts_with(r#"{"etcdserver":"3.5.13","etcdcluster":"3.5.0""#));
+    assert!(version
+        .body
+        .starts_with(r#"{"etcdserver":"3.5.13","etcdcluster":"3.5.0""#));
 
     let missing = http::get(endpoint, "/nope").unwrap();
     assert_eq!(missing.status, 404);
@@ -147,12 +152,7 @@ fn health_and_version_answer_as_etcd_3_5() {
 }
 
 /// Polls `/metrics` of member `i` until `check` accepts it.
-fn wait_metrics(
-    cluster: &Cluster,
-    i: usize,
-    what: &str,
-    check: impl Fn(&str) -> bool,
-) -> String {
+fn wait_metrics(cluster: &Cluster, i: usize, what: &str, check: impl Fn(&str) -> bool) -> String {
     let deadline = Instant::now() + ELECTION_DEADLINE;
     loop {
         if let Ok(response) = http::get(&cluster.endpoint(i), "/metrics") {
@@ -196,12 +196,13 @@ fn leader_changes_are_counted_and_health_fails_without_leader() {
     let healthy = http::get(&cluster.endpoint(survivor), "/health").unwrap();
     assert_eq!(healthy.status, 200, "{}", healthy.body);
 
-    // Two of three gone: no quorum, no leader, /health says so.
+    // Two of three gone: no quorum, no leader, /health says so (on the
+    // way there a read in flight may fail first: "RANGE ERROR:...").
     cluster.kill9((leader + 2) % 3);
-    let deadline = Instant::now() + ELECTION_DEADLINE;
+    let deadline = Instant::now() + 2 * ELECTION_DEADLINE;
     let unhealthy = loop {
         let response = http::get(&cluster.endpoint(survivor), "/health").unwrap();
-        if response.status == 503 {
+        if response.status == 503 && response.body.contains("RAFT NO LEADER") {
             break response;
         }
         assert!(
@@ -229,7 +230,8 @@ fn mask(text: &str) -> String {
     let ids = Regex::new(r#""(cluster_id|member_id|raft_term|leader|ID|raftTerm)":"\d+""#).unwrap();
     let urls = Regex::new(r#"http://127\.0\.0\.1:\d+"#).unwrap();
     let text = ids.replace_all(text, "\"$1\":\"N\"");
-    urls.replace_all(&text, "http://127.0.0.1:PORT").into_owned()
+    urls.replace_all(&text, "http://127.0.0.1:PORT")
+        .into_owned()
 }
 
 struct Step {
@@ -249,11 +251,17 @@ const fn post(path: &'static str, body: &'static str) -> Step {
 fn gateway_session() -> Vec<Step> {
     vec![
         post("/v3/kv/put", r#"{"key":"Zm9v","value":"YmFy"}"#),
-        post("/v3/kv/put", r#"{"key":"Zm9v","value":"YmF6","prev_kv":true}"#),
+        post(
+            "/v3/kv/put",
+            r#"{"key":"Zm9v","value":"YmF6","prev_kv":true}"#,
+        ),
         post("/v3/kv/range", r#"{"key":"Zm9v"}"#),
         post("/v3/kv/range", r#"{"key":"Zm9v","count_only":true}"#),
         post("/v3/kv/range", r#"{"key":"AA==","range_end":"AA=="}"#),
-        post("/v3/kv/range", r#"{"key":"Zm9v","keysOnly":true,"limit":"1"}"#),
+        post(
+            "/v3/kv/range",
+            r#"{"key":"Zm9v","keysOnly":true,"limit":"1"}"#,
+        ),
         post("/v3/kv/range", r#"{}"#),
         post("/v3/kv/put", r#"{}"#),
         post("/v3/kv/range", r#"{"key":"bm9uZQ=="}"#),
@@ -382,7 +390,10 @@ fn gateway_answers_match_etcd_3_4() {
             r#"{"key":"d2F0Y2g=","value":"MQ=="}"#,
             r#"{"key":"d2F0Y2g=","value":"Mg=="}"#,
         ] {
-            assert_eq!(http::post(endpoint, "/v3/kv/put", body).unwrap().status, 200);
+            assert_eq!(
+                http::post(endpoint, "/v3/kv/put", body).unwrap().status,
+                200
+            );
         }
         let delete = http::post(endpoint, "/v3/kv/deleterange", r#"{"key":"d2F0Y2g="}"#);
         assert_eq!(delete.unwrap().status, 200);

@@ -28,9 +28,7 @@ impl Response {
 }
 
 fn host_port(endpoint: &str) -> &str {
-    endpoint
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
+    endpoint.trim_start_matches("http://").trim_end_matches('/')
 }
 
 fn send(

@@ -110,7 +110,12 @@ impl<'a> Obj<'a> {
     }
 
     /// A message field; None is left out.
-    pub fn msg<T>(&mut self, name: &str, value: Option<&T>, write: fn(&mut String, &T)) -> &mut Self {
+    pub fn msg<T>(
+        &mut self,
+        name: &str,
+        value: Option<&T>,
+        write: fn(&mut String, &T),
+    ) -> &mut Self {
         if let Some(value) = value {
             self.key(name);
             write(self.out, value);
@@ -313,9 +318,10 @@ mod tests {
 
     #[test]
     fn requests_take_orig_and_camel_case_names() {
-        let value: Value =
-            serde_json::from_str(r#"{"range_end":"AA==","countOnly":true,"limit":"3","revision":4}"#)
-                .unwrap();
+        let value: Value = serde_json::from_str(
+            r#"{"range_end":"AA==","countOnly":true,"limit":"3","revision":4}"#,
+        )
+        .unwrap();
         let fields = Fields::of(&value).unwrap();
         assert_eq!(fields.bytes("range_end").unwrap(), vec![0]);
         assert!(fields.bool("count_only").unwrap());

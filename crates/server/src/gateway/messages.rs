@@ -92,7 +92,9 @@ impl FromJson for Compare {
         let target_union = if f.get("version").is_some() {
             Some(compare::TargetUnion::Version(f.int("version")?))
         } else if f.get("create_revision").is_some() {
-            Some(compare::TargetUnion::CreateRevision(f.int("create_revision")?))
+            Some(compare::TargetUnion::CreateRevision(
+                f.int("create_revision")?,
+            ))
         } else if f.get("mod_revision").is_some() {
             Some(compare::TargetUnion::ModRevision(f.int("mod_revision")?))
         } else if f.get("value").is_some() {
@@ -116,7 +118,9 @@ impl FromJson for RequestOp {
     fn from_json(value: &Value) -> Result<Self, Status> {
         let f = Fields::of(value)?;
         let request = if let Some(v) = f.msg("request_range") {
-            Some(request_op::Request::RequestRange(RangeRequest::from_json(v)?))
+            Some(request_op::Request::RequestRange(RangeRequest::from_json(
+                v,
+            )?))
         } else if let Some(v) = f.msg("request_put") {
             Some(request_op::Request::RequestPut(PutRequest::from_json(v)?))
         } else if let Some(v) = f.msg("request_delete_range") {
@@ -266,8 +270,11 @@ impl ToJson for RangeResponse {
 impl ToJson for PutResponse {
     fn to_json(&self, out: &mut String) {
         let mut o = Obj::new(out);
-        o.msg("header", self.header.as_ref(), header)
-            .msg("prev_kv", self.prev_kv.as_ref(), key_value);
+        o.msg("header", self.header.as_ref(), header).msg(
+            "prev_kv",
+            self.prev_kv.as_ref(),
+            key_value,
+        );
         o.end();
     }
 }
@@ -286,10 +293,14 @@ fn response_op(out: &mut String, op: &ResponseOp) {
     let mut o = Obj::new(out);
     match &op.response {
         Some(response_op::Response::ResponseRange(r)) => {
-            o.msg("response_range", Some(r), |out, r: &RangeResponse| r.to_json(out));
+            o.msg("response_range", Some(r), |out, r: &RangeResponse| {
+                r.to_json(out)
+            });
         }
         Some(response_op::Response::ResponsePut(r)) => {
-            o.msg("response_put", Some(r), |out, r: &PutResponse| r.to_json(out));
+            o.msg("response_put", Some(r), |out, r: &PutResponse| {
+                r.to_json(out)
+            });
         }
         Some(response_op::Response::ResponseDeleteRange(r)) => {
             o.msg(
@@ -299,7 +310,9 @@ fn response_op(out: &mut String, op: &ResponseOp) {
             );
         }
         Some(response_op::Response::ResponseTxn(r)) => {
-            o.msg("response_txn", Some(r), |out, r: &TxnResponse| r.to_json(out));
+            o.msg("response_txn", Some(r), |out, r: &TxnResponse| {
+                r.to_json(out)
+            });
         }
         None => {}
     }

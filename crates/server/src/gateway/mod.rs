@@ -260,7 +260,10 @@ fn stream_error_line(status: &Status) -> Bytes {
 
 /// Serves POST /v3/watch: the body is a stream of JSON WatchRequests, the
 /// answer a stream of `{"result":WatchResponse}` lines.
-pub async fn serve_watch(gateway: Arc<Gateway>, request: http::Request<Body>) -> http::Response<Body> {
+pub async fn serve_watch(
+    gateway: Arc<Gateway>,
+    request: http::Request<Body>,
+) -> http::Response<Body> {
     if request.method() == Method::OPTIONS {
         return options_ok();
     }
@@ -362,26 +365,25 @@ where
     S: Stream<Item = Result<T, Status>> + Send + 'static,
     T: ToJson,
 {
-    responses
-        .scan(false, |failed, item| {
-            if *failed {
-                return futures::future::ready(None);
+    responses.scan(false, |failed, item| {
+        if *failed {
+            return futures::future::ready(None);
+        }
+        let line = match item {
+            Ok(response) => {
+                let mut line = String::with_capacity(256);
+                line.push_str("{\"result\":");
+                response.to_json(&mut line);
+                line.push_str("}\n");
+                Bytes::from(line)
             }
-            let line = match item {
-                Ok(response) => {
-                    let mut line = String::with_capacity(256);
-                    line.push_str("{\"result\":");
-                    response.to_json(&mut line);
-                    line.push_str("}\n");
-                    Bytes::from(line)
-                }
-                Err(status) => {
-                    *failed = true;
-                    stream_error_line(&status)
-                }
-            };
-            futures::future::ready(Some(Ok(line)))
-        })
+            Err(status) => {
+                *failed = true;
+                stream_error_line(&status)
+            }
+        };
+        futures::future::ready(Some(Ok(line)))
+    })
 }
 
 /// The gateway's routes, to merge into the client listener's router.
@@ -426,7 +428,10 @@ mod tests {
     fn errors_map_to_grpc_gateway_statuses() {
         assert_eq!(http_status(Code::InvalidArgument), StatusCode::BAD_REQUEST);
         assert_eq!(http_status(Code::OutOfRange), StatusCode::BAD_REQUEST);
-        assert_eq!(http_status(Code::Unavailable), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            http_status(Code::Unavailable),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
         assert_eq!(
             error_body(&Status::invalid_argument("etcdserver: key is not provided")),
             r#"{"error":"etcdserver: key is not provided","code":3,"message":"etcdserver: key is not provided"}"#

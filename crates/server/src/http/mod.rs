@@ -110,7 +110,9 @@ async fn fallback(request: http::Request<Body>) -> http::Response<Body> {
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
     if grpc {
-        let (parts, ()) = tonic::Status::unimplemented("").into_http::<()>().into_parts();
+        let (parts, ()) = tonic::Status::unimplemented("")
+            .into_http::<()>()
+            .into_parts();
         return http::Response::from_parts(parts, Body::empty());
     }
     if request.method() == Method::OPTIONS {

@@ -133,7 +133,8 @@ impl GrpcMetrics {
             index_by_path.insert(format!("/{service}/{method}"), counters.len());
             counters.push(MethodCounters {
                 started: started.with_label_values(&[kind, service, method]),
-                handled: CODES.map(|code| handled.with_label_values(&[kind, service, method, code])),
+                handled: CODES
+                    .map(|code| handled.with_label_values(&[kind, service, method, code])),
             });
         }
         registry

@@ -199,11 +199,7 @@ impl Metrics {
                 "etcd_debugging_mvcc_db_total_size_in_bytes",
                 "Total size of the underlying database physically allocated in bytes.",
             ),
-            keys_total: gauge(
-                r,
-                "etcd_debugging_mvcc_keys_total",
-                "Total number of keys.",
-            ),
+            keys_total: gauge(r, "etcd_debugging_mvcc_keys_total", "Total number of keys."),
             grpc: grpc::GrpcMetrics::new(r),
             refresh: parking_lot::Mutex::new(()),
             registry,
@@ -241,8 +237,7 @@ impl Metrics {
         let size = server.store.db_size();
         self.db_total_size.set(size);
         self.debugging_db_total_size.set(size);
-        self.db_total_size_in_use
-            .set(server.store.db_size_in_use());
+        self.db_total_size_in_use.set(server.store.db_size_in_use());
         self.keys_total.set(server.store.index_len() as i64);
     }
 

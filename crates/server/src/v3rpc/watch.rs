@@ -70,7 +70,9 @@ impl Watch for WatchService {
         if require_leader && !self.server.has_leader() {
             return Err(rpctypes::NO_LEADER.status());
         }
-        Ok(Response::new(self.open(request.into_inner(), require_leader)))
+        Ok(Response::new(
+            self.open(request.into_inner(), require_leader),
+        ))
     }
 }
 

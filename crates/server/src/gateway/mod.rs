@@ -314,7 +314,10 @@ pub async fn serve_watch(
                 return;
             }
         }
-        while !ended {
+        if ended {
+            return;
+        }
+        loop {
             let chunk = match body.frame().await {
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(data) => data,

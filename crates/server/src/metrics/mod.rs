@@ -45,6 +45,8 @@ pub struct Metrics {
     db_total_size_in_use: IntGauge,
     debugging_db_total_size: IntGauge,
     keys_total: IntGauge,
+    current_revision: IntGauge,
+    compact_revision: IntGauge,
     quota_backend_bytes: IntGauge,
     /// Serializes refreshes: the leader-change counter advances by deltas.
     refresh: parking_lot::Mutex<()>,
@@ -194,6 +196,18 @@ impl Metrics {
                 "etcd_mvcc_db_total_size_in_use_in_bytes",
                 "Total size of the underlying database logically in use in bytes.",
             ),
+            current_revision: gauge(
+                r,
+                "etcd_debugging_mvcc_current_revision",
+                "The current revision of store.",
+            ),
+            compact_revision: gauge(
+                r,
+                "etcd_debugging_mvcc_compact_revision",
+                "The revision of the last compaction in store.",
+            ),
+            // etcd 3.4's name for the db size (3.5 dropped it); 3.4-era
+            // dashboards still read it.
             debugging_db_total_size: gauge(
                 r,
                 "etcd_debugging_mvcc_db_total_size_in_bytes",
@@ -239,6 +253,8 @@ impl Metrics {
         self.debugging_db_total_size.set(size);
         self.db_total_size_in_use.set(server.store.db_size_in_use());
         self.keys_total.set(server.store.index_len() as i64);
+        self.current_revision.set(server.store.current_revision());
+        self.compact_revision.set(server.store.compact_revision());
     }
 
     /// The text exposition of every metric, refreshed first.

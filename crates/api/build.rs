@@ -10,6 +10,7 @@ const PROTOS: &[&str] = &[
     "etcd/server/etcdserver/api/v3lock/v3lockpb/v3lock.proto",
     "oxcd/raft_internal.proto",
     "oxcd/peer.proto",
+    "oxcd/lease.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -21,6 +21,9 @@ pub mod v3electionpb {
 pub mod v3lockpb {
     tonic::include_proto!("v3lockpb");
 }
+pub mod leasepb {
+    tonic::include_proto!("leasepb");
+}
 pub mod rpctypes;
 pub mod oxcdpeerpb {
     tonic::include_proto!("oxcdpeerpb");

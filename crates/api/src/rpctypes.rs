@@ -88,6 +88,7 @@ etcd_errors! {
     TIMEOUT_DUE_TO_LEADER_FAIL => Unavailable, "etcdserver: request timed out, possibly due to previous leader failure";
     TIMEOUT_DUE_TO_CONNECTION_LOST => Unavailable, "etcdserver: request timed out, possibly due to connection lost";
     TIMEOUT_WAIT_APPLIED_INDEX => Unavailable, "etcdserver: request timed out, waiting for the applied index took too long";
+    TIMEOUT_LEADER_TRANSFER => Unavailable, "etcdserver: request timed out, leader transfer took too long";
     UNHEALTHY => Unavailable, "etcdserver: unhealthy cluster";
     CORRUPT => DataLoss, "etcdserver: corrupt cluster";
     NOT_SUPPORTED_FOR_LEARNER => Unavailable, "etcdserver: rpc not supported for learner";

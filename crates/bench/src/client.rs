@@ -265,6 +265,11 @@ impl Output {
 
     /// Under `--json`, print `primary`'s summary with the other phases nested.
     pub fn json(&self, primary: &Stats, phases: &[(&str, &Stats)]) {
+        self.json_with(primary, phases, &[]);
+    }
+
+    /// [`Output::json`] with extra top-level figures.
+    pub fn json_with(&self, primary: &Stats, phases: &[(&str, &Stats)], figures: &[(&str, f64)]) {
         if !self.json {
             return;
         }
@@ -272,6 +277,9 @@ impl Output {
         if let Some(object) = value.as_object_mut() {
             for (name, stats) in phases {
                 object.insert((*name).to_string(), stats.to_json());
+            }
+            for (name, figure) in figures {
+                object.insert((*name).to_string(), serde_json::json!(figure));
             }
         }
         println!("{value}");

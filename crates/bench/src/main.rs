@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use bench::client::Settings;
 use bench::report::Precision;
-use bench::workloads::{health, lease, put, range, txn_put, watch, watch_latency};
+use bench::workloads::{health, lease, lease_expire, put, range, txn_put, watch, watch_latency};
 use clap::{ArgAction, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -165,6 +165,19 @@ enum Command {
         #[arg(long, default_value_t = 32)]
         val_size: usize,
     },
+    /// Many leases (one key each) expiring together under a steady writer
+    #[command(name = "lease-expire")]
+    LeaseExpire {
+        /// Leases to grant, each with one key
+        #[arg(long, default_value_t = 10000)]
+        leases: u64,
+        /// TTL of every lease, in seconds
+        #[arg(long, default_value_t = 5)]
+        ttl: i64,
+        /// Puts per second of the writer during the expiry
+        #[arg(long, default_value_t = 200)]
+        put_rate: u64,
+    },
     /// Benchmark lease keepalive
     #[command(name = "lease-keepalive")]
     LeaseKeepalive {
@@ -318,6 +331,18 @@ async fn run(cli: Cli) -> Result<(), String> {
             watch_latency::run(&settings, &opts).await
         }
         Command::LeaseKeepalive { total } => lease::run(&settings, total).await,
+        Command::LeaseExpire {
+            leases,
+            ttl,
+            put_rate,
+        } => {
+            let opts = lease_expire::LeaseExpireOptions {
+                leases,
+                ttl,
+                put_rate,
+            };
+            lease_expire::run(&settings, &opts).await
+        }
         Command::Health { timeout } => health::run(&settings, timeout).await,
     }
 }

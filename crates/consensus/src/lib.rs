@@ -196,6 +196,8 @@ pub(crate) enum Input {
         to: u64,
         finished: bool,
     },
+    /// Hands leadership to another voter (raft's MsgTransferLeader).
+    TransferLeader(u64),
 }
 
 /// State shared between handles and the raft thread without a channel.
@@ -211,6 +213,15 @@ pub(crate) struct Shared {
     pub stop_wake: Notify,
     pub status: parking_lot::Mutex<RaftStatus>,
     pub wal_syncs: AtomicU64,
+    /// (is leader, term), sent when either changes.
+    pub role: tokio::sync::watch::Sender<Role>,
+}
+
+/// Whether this member leads, and in which term.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Role {
+    pub is_leader: bool,
+    pub term: u64,
 }
 
 struct HandleInner {
@@ -255,6 +266,7 @@ pub fn start_with_options(
             ..Default::default()
         }),
         wal_syncs: AtomicU64::new(0),
+        role: tokio::sync::watch::channel(Role::default()).0,
     });
     let node = node::Node::load(
         &cfg,
@@ -314,6 +326,13 @@ impl RaftHandle {
         rx.await.map_err(|_| ConsensusError::Stopped)?
     }
 
+    /// Asks the leader to hand leadership to `transferee` (it catches the
+    /// transferee's log up, then tells it to campaign at once). Watch
+    /// `status().leader` for the outcome.
+    pub async fn transfer_leader(&self, transferee: u64) -> Result<(), ConsensusError> {
+        self.send(Input::TransferLeader(transferee)).await
+    }
+
     /// Hands a raft message from a peer to the raft thread.
     pub async fn step(&self, msg: eraftpb::Message) -> Result<(), ConsensusError> {
         self.send(Input::Step(msg)).await
@@ -365,6 +384,12 @@ impl RaftHandle {
     /// The status published after the last Ready; no round trip.
     pub fn status(&self) -> RaftStatus {
         self.inner.shared.status.lock().clone()
+    }
+
+    /// Follows leadership: changes when this member becomes or stops being
+    /// leader, or the term moves.
+    pub fn subscribe_role(&self) -> tokio::sync::watch::Receiver<Role> {
+        self.inner.shared.role.subscribe()
     }
 
     /// fdatasync calls the WAL has made since start (for metrics and tests).

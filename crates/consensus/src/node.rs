@@ -383,6 +383,7 @@ impl Node {
                 };
                 self.raw.report_snapshot(to, status);
             }
+            Input::TransferLeader(transferee) => self.raw.transfer_leader(transferee),
             Input::Step(msg) => {
                 if let Err(e) = self.raw.step(msg) {
                     tracing::debug!(error = %e, "raft: dropped a peer message");
@@ -660,7 +661,16 @@ impl Node {
             is_leader: raft.state == StateRole::Leader,
             leader_changes: self.leader_changes,
         };
+        let role = crate::Role {
+            is_leader: status.is_leader,
+            term: status.term,
+        };
         *self.shared.status.lock() = status;
+        self.shared.role.send_if_modified(|current| {
+            let changed = *current != role;
+            *current = role;
+            changed
+        });
     }
 
     fn shutdown(mut self) {
@@ -680,7 +690,7 @@ impl Node {
                 Input::ReadIndex { reply } => {
                     let _ = reply.send(Err(ConsensusError::Stopped));
                 }
-                Input::Step(_) | Input::ReportSnapshot { .. } => {}
+                Input::Step(_) | Input::ReportSnapshot { .. } | Input::TransferLeader(_) => {}
             }
         }
         let rounds = std::mem::take(&mut self.read_rounds);

@@ -16,6 +16,32 @@ pub const META_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("meta"
 /// Cluster membership as the apply layer records it: member ID (u64) →
 /// an opaque record the server encodes (etcd keeps a "members" bucket).
 pub const MEMBERS_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("members");
+/// Leases: lease ID (i64 as u64) → an encoded `leasepb.Lease` (etcd's "lease" bucket).
+pub const LEASES_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("lease");
+/// Alarms: an opaque key chosen by the server → an opaque record (etcd's "alarm" bucket).
+pub const ALARMS_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("alarm");
+
+/// The tables of records the server keeps beside the key history. Each maps
+/// a u64 to bytes the server encodes; mvcc only stores them, in the same
+/// transaction as the consistent index of the entry that changed them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SideTable {
+    Members,
+    Leases,
+    Alarms,
+}
+
+impl SideTable {
+    pub const ALL: [SideTable; 3] = [SideTable::Members, SideTable::Leases, SideTable::Alarms];
+
+    pub(crate) fn definition(self) -> TableDefinition<'static, u64, &'static [u8]> {
+        match self {
+            SideTable::Members => MEMBERS_TABLE,
+            SideTable::Leases => LEASES_TABLE,
+            SideTable::Alarms => ALARMS_TABLE,
+        }
+    }
+}
 
 pub const META_CONSISTENT_INDEX: &str = "consistent_index";
 pub const META_FINISHED_COMPACT_REV: &str = "finishedCompactRev";
@@ -34,6 +60,9 @@ pub struct Loaded {
     pub current_revision: i64,
     pub compact_revision: i64,
     pub consistent_index: u64,
+    /// Live keys whose latest put names a lease, with that lease: the lessor
+    /// rebuilds its key sets from them (etcd's restore attaches them).
+    pub leased_keys: Vec<(Bytes, i64)>,
 }
 
 pub fn open_database(path: &Path) -> Result<Database, MvccError> {
@@ -90,6 +119,7 @@ pub fn load(db: &Database) -> Result<Loaded, MvccError> {
     let table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
     let mut index = KeyIndexTree::default();
     let mut current_revision = 0;
+    let mut leased: std::collections::HashMap<Bytes, i64> = std::collections::HashMap::new();
     for entry in table.iter().map_err(backend_error)? {
         let (k, v) = entry.map_err(backend_error)?;
         let (revision, tombstone) = RevisionKey::parse(k.value())?;
@@ -101,12 +131,18 @@ pub fn load(db: &Database) -> Result<Loaded, MvccError> {
         } else {
             index.restore(fields.key, revision, fields.create_revision, fields.version);
         }
+        if fields.lease != 0 && !tombstone {
+            leased.insert(Bytes::copy_from_slice(fields.key), fields.lease);
+        } else if !leased.is_empty() {
+            leased.remove(fields.key);
+        }
     }
     Ok(Loaded {
         index,
         current_revision: current_revision.max(compact_revision),
         compact_revision,
         consistent_index,
+        leased_keys: leased.into_iter().collect(),
     })
 }
 
@@ -117,6 +153,7 @@ pub struct KeyValueFields<'a> {
     pub create_revision: i64,
     pub mod_revision: i64,
     pub version: i64,
+    pub lease: i64,
 }
 
 fn read_varint(bytes: &[u8], pos: &mut usize) -> Result<u64, MvccError> {
@@ -134,7 +171,7 @@ fn read_varint(bytes: &[u8], pos: &mut usize) -> Result<u64, MvccError> {
     Err(MvccError::Corrupt("overlong varint in KeyValue".into()))
 }
 
-/// Decodes key, create_revision, mod_revision and version from a protobuf
+/// Decodes key, create_revision, mod_revision, version and lease from a protobuf
 /// `mvccpb.KeyValue` without copying or decoding the value.
 pub fn scan_key_value(bytes: &[u8]) -> Result<KeyValueFields<'_>, MvccError> {
     let mut fields = KeyValueFields::default();
@@ -149,6 +186,7 @@ pub fn scan_key_value(bytes: &[u8]) -> Result<KeyValueFields<'_>, MvccError> {
                     2 => fields.create_revision = v,
                     3 => fields.mod_revision = v,
                     4 => fields.version = v,
+                    6 => fields.lease = v,
                     _ => {}
                 }
             }
@@ -184,15 +222,15 @@ pub struct Batch<'a> {
     pub deletions: &'a [RevisionKey],
     pub consistent_index: u64,
     pub compact_revision: Option<i64>,
-    /// Member records to write (Some) or remove (None).
-    pub members: &'a BTreeMap<u64, Option<Vec<u8>>>,
+    /// Side-table records to write (Some) or remove (None).
+    pub side: &'a BTreeMap<(SideTable, u64), Option<Vec<u8>>>,
     pub durable: bool,
 }
 
-/// Every member record in the file.
-pub fn load_members(db: &Database) -> Result<BTreeMap<u64, Vec<u8>>, MvccError> {
+/// Every record of a side table in the file.
+pub fn load_side(db: &Database, side: SideTable) -> Result<BTreeMap<u64, Vec<u8>>, MvccError> {
     let txn = db.begin_read().map_err(backend_error)?;
-    let table = match txn.open_table(MEMBERS_TABLE) {
+    let table = match txn.open_table(side.definition()) {
         Ok(t) => t,
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(BTreeMap::new()),
         Err(e) => return Err(backend_error(e)),
@@ -234,12 +272,16 @@ pub fn commit_batch(db: &Database, batch: &Batch<'_>) -> Result<i64, MvccError> 
             &batch.consistent_index.to_be_bytes()[..],
         )
         .map_err(backend_error)?;
-        if !batch.members.is_empty() {
-            let mut members = txn.open_table(MEMBERS_TABLE).map_err(backend_error)?;
-            for (id, record) in batch.members {
+        for side in SideTable::ALL {
+            let mut changes = batch.side.range((side, 0)..=(side, u64::MAX)).peekable();
+            if changes.peek().is_none() {
+                continue;
+            }
+            let mut table = txn.open_table(side.definition()).map_err(backend_error)?;
+            for ((_, id), record) in changes {
                 match record {
-                    Some(bytes) => members.insert(*id, &bytes[..]).map_err(backend_error)?,
-                    None => members.remove(*id).map_err(backend_error)?,
+                    Some(bytes) => table.insert(*id, &bytes[..]).map_err(backend_error)?,
+                    None => table.remove(*id).map_err(backend_error)?,
                 };
             }
         }
@@ -282,7 +324,8 @@ mod tests {
                 key: b"foo",
                 create_revision: 300,
                 mod_revision: 1 << 40,
-                version: 7
+                version: 7,
+                lease: 42,
             }
         );
         assert!(scan_key_value(&encoded[..encoded.len() - 1]).is_err());

@@ -63,8 +63,13 @@
 //! | `finishedCompactRev` | i64 big-endian: last compaction whose deletions are in the file |
 //! | `mvcc_format_version` | u32 big-endian: 1 |
 //!
-//! Other tables (lease, auth, members, alarm) may be added by the server's
-//! own crates in the same file later; this crate reads only these two.
+//! Side tables `members`, `lease` and `alarm` (`u64` → `&[u8]`, see
+//! [`SideTable`]) hold records the server encodes (a member, a
+//! `leasepb.Lease`, an alarm); mvcc stores them in the same transaction as
+//! the consistent index of the entry that changed them and never reads them.
+//!
+//! Snapshot files (what Maintenance.Snapshot streams and `oxctl snapshot`
+//! reads: this redb file, padding, a sha256) are laid out in [`snapshot_file`].
 //!
 //! # Invariants
 //!
@@ -88,17 +93,21 @@
 //!   higher, or 1. Uncommitted writes are lost: the WAL replays them.
 
 mod backend;
+mod defrag;
+mod hash;
 pub mod key_index;
 mod range;
 pub mod revision;
 mod snapshot;
+pub mod snapshot_file;
 mod store;
 mod txn;
 pub mod watch;
 mod watch_group;
 mod watch_sync;
 
-pub use backend::{scan_key_value, KeyValueFields};
+pub use backend::{scan_key_value, KeyValueFields, SideTable};
+pub use defrag::DefragStats;
 pub use revision::{Revision, RevisionKey};
 pub use store::{CommitObserver, LeaseLookup, Store};
 pub use txn::{is_txn_read_only, TxnWrite, WriteResult};
@@ -123,6 +132,10 @@ pub enum MvccError {
     Backend(String),
     #[error("mvcc: corrupt data: {0}")]
     Corrupt(String),
+    /// A commit asked for while a defragmentation copies the file: the
+    /// batch stays pending (readable) and is committed after the swap.
+    #[error("mvcc: commit deferred by a defragmentation")]
+    Deferred,
 }
 
 #[cfg(test)]

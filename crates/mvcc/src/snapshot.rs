@@ -1,7 +1,7 @@
 //! Backend snapshots for raft: a consistent copy of the store for a
 //! follower that is too far behind, and installing such a copy in place.
 //!
-//! Both are logical copies of the tables (key, meta, members) between redb
+//! Both are logical copies of the tables (key, meta and the side tables) between redb
 //! files, so the live `Database` handle never changes and a copy is a
 //! cleanly closed redb file. A backup is taken from one read transaction:
 //! it holds exactly the state of one consistent index (stored with it).
@@ -11,11 +11,11 @@ use std::sync::atomic::Ordering;
 
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
-use crate::backend::{self, backend_error, KEY_TABLE, MEMBERS_TABLE, META_TABLE};
+use crate::backend::{self, backend_error, SideTable, KEY_TABLE, META_TABLE};
 use crate::store::{IndexState, Pending, INITIAL_REVISION, NO_COMPACTION};
 use crate::{MvccError, Store};
 
-fn copy_table<K, V>(
+pub(crate) fn copy_table<K, V>(
     from: &redb::ReadTransaction,
     to: &redb::WriteTransaction,
     table: TableDefinition<K, V>,
@@ -38,10 +38,15 @@ where
     Ok(())
 }
 
-fn copy_all(from: &redb::ReadTransaction, to: &redb::WriteTransaction) -> Result<(), MvccError> {
+pub(crate) fn copy_all(
+    from: &redb::ReadTransaction,
+    to: &redb::WriteTransaction,
+) -> Result<(), MvccError> {
     copy_table(from, to, KEY_TABLE)?;
     copy_table(from, to, META_TABLE)?;
-    copy_table(from, to, MEMBERS_TABLE)?;
+    for side in SideTable::ALL {
+        copy_table(from, to, side.definition())?;
+    }
     Ok(())
 }
 
@@ -51,8 +56,9 @@ impl Store {
     /// changes are committed first, so the copy covers everything applied
     /// before the call.
     pub fn backup_to(&self, dest: &Path) -> Result<u64, MvccError> {
+        let _defrag = self.defrag_lock.lock();
         self.commit(false)?;
-        let snapshot = self.db.begin_read().map_err(backend_error)?;
+        let snapshot = self.db().begin_read().map_err(backend_error)?;
         let consistent_index =
             {
                 let meta = snapshot.open_table(META_TABLE).map_err(backend_error)?;
@@ -67,7 +73,10 @@ impl Store {
                 }
             };
         let _ = std::fs::remove_file(dest);
-        let copy = Database::create(dest).map_err(backend_error)?;
+        let copy = redb::Builder::new()
+            .set_cache_size(crate::snapshot_file::COPY_CACHE_BYTES)
+            .create(dest)
+            .map_err(backend_error)?;
         let mut txn = copy.begin_write().map_err(backend_error)?;
         txn.set_durability(Durability::Immediate)
             .map_err(backend_error)?;
@@ -80,26 +89,31 @@ impl Store {
     /// `backup_to` of another member), durably, and rebuilds the key index
     /// from it. Pending changes are discarded: the snapshot supersedes them.
     pub fn restore_from(&self, source: &Path) -> Result<(), MvccError> {
+        let _defrag = self.defrag_lock.lock();
         let _writer = self.writer.lock();
+        let db = self.db();
         let snapshot_db = Database::open(source).map_err(backend_error)?;
         let snapshot = snapshot_db.begin_read().map_err(backend_error)?;
-        let mut txn = self.db.begin_write().map_err(backend_error)?;
+        let mut txn = db.begin_write().map_err(backend_error)?;
         txn.set_durability(Durability::Immediate)
             .map_err(backend_error)?;
         txn.delete_table(KEY_TABLE).map_err(backend_error)?;
         txn.delete_table(META_TABLE).map_err(backend_error)?;
-        txn.delete_table(MEMBERS_TABLE).map_err(backend_error)?;
+        for side in SideTable::ALL {
+            txn.delete_table(side.definition()).map_err(backend_error)?;
+        }
         copy_all(&snapshot, &txn)?;
         txn.commit().map_err(backend_error)?;
         drop(snapshot);
         drop(snapshot_db);
 
-        let loaded = backend::load(&self.db)?;
+        let loaded = backend::load(&db)?;
         *self.state.write() = IndexState {
             tree: loaded.index,
             current_revision: loaded.current_revision.max(INITIAL_REVISION),
             compact_revision: loaded.compact_revision.max(NO_COMPACTION),
         };
+        *self.loaded_leased_keys.lock() = loaded.leased_keys;
         *self.pending.write() = Pending {
             consistent_index: loaded.consistent_index,
             ..Pending::default()
@@ -171,5 +185,57 @@ mod tests {
         let reopened = Store::open(&dir.path().join("follower.db")).unwrap();
         assert_eq!(reopened.current_revision(), rev);
         assert_eq!(all(&reopened).len(), 51);
+    }
+
+    #[test]
+    fn leases_and_leased_keys_travel_with_a_backup_and_a_reopen() {
+        use crate::SideTable;
+        let dir = tempfile::tempdir().unwrap();
+        let leader = Store::open(&dir.path().join("leader.db")).unwrap();
+        leader.put_side(SideTable::Leases, 5, Some(b"lease-5".to_vec()), 1);
+        let mut w = leader.write(2);
+        for (key, lease) in [("a", 5), ("b", 5), ("c", 0)] {
+            w.put(&PutRequest {
+                key: key.as_bytes().to_vec().into(),
+                lease,
+                ..Default::default()
+            })
+            .unwrap();
+        }
+        w.end();
+        // Re-put without a lease, then deleted: neither is leased any more.
+        put(&leader, 3, "b", "plain");
+        let mut w = leader.write(4);
+        w.put(&PutRequest {
+            key: b"gone".to_vec().into(),
+            lease: 5,
+            ..Default::default()
+        })
+        .unwrap();
+        w.end();
+        let mut w = leader.write(5);
+        w.delete_range(&api::etcdserverpb::DeleteRangeRequest {
+            key: b"gone".to_vec().into(),
+            ..Default::default()
+        })
+        .unwrap();
+        w.end();
+        leader.backup_to(&dir.path().join("snap.db")).unwrap();
+
+        let follower = Store::open(&dir.path().join("follower.db")).unwrap();
+        follower.restore_from(&dir.path().join("snap.db")).unwrap();
+        assert_eq!(
+            follower.side_records(SideTable::Leases).unwrap().get(&5),
+            Some(&b"lease-5".to_vec())
+        );
+        let leased = follower.take_loaded_leased_keys();
+        assert_eq!(leased, vec![(bytes::Bytes::from("a"), 5)]);
+        assert!(follower.take_loaded_leased_keys().is_empty(), "taken once");
+
+        leader.commit(true).unwrap();
+        drop(leader);
+        let reopened = Store::open(&dir.path().join("leader.db")).unwrap();
+        assert_eq!(reopened.take_loaded_leased_keys(), leased);
+        assert_eq!(reopened.side_records(SideTable::Leases).unwrap().len(), 1);
     }
 }

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use api::etcdserverpb::{RangeRequest, RangeResponse, TxnRequest, TxnResponse};
 use api::mvccpb::KeyValue;
@@ -11,7 +12,7 @@ use parking_lot::{Mutex, RwLock, RwLockUpgradableReadGuard};
 use prost::Message;
 use redb::{Database, ReadOnlyTable, ReadableDatabase};
 
-use crate::backend::{self, backend_error, Batch, KEY_TABLE};
+use crate::backend::{self, backend_error, Batch, SideTable, KEY_TABLE};
 use crate::key_index::{KeyIndexTree, RangeEnd};
 use crate::range;
 use crate::revision::{Revision, RevisionKey};
@@ -40,8 +41,8 @@ pub(crate) struct Pending {
     /// Records dropped by compaction, deleted at the next commit.
     pub deletions: Vec<RevisionKey>,
     pub compact_revision: Option<i64>,
-    /// Member records changed since the last commit (None: removed).
-    pub members: BTreeMap<u64, Option<Vec<u8>>>,
+    /// Side-table records changed since the last commit (None: removed).
+    pub side: BTreeMap<(SideTable, u64), Option<Vec<u8>>>,
     pub consistent_index: u64,
     /// The consistent index (or anything else) differs from the file.
     pub dirty: bool,
@@ -51,14 +52,17 @@ pub(crate) struct Pending {
 /// writes (`write`, `compact`, `commit`, `set_consistent_index`) from one
 /// thread, serialized by an internal writer lock.
 pub struct Store {
-    pub(crate) db: Database,
+    /// The redb file. Swapped (under the writer and pending locks) only by a
+    /// defragmentation; take it with [`Store::db`] at the moment a read
+    /// transaction begins, after an overlay miss.
+    db: RwLock<Arc<Database>>,
     path: PathBuf,
     pub(crate) state: RwLock<IndexState>,
     pub(crate) pending: RwLock<Pending>,
     pub(crate) writer: Mutex<()>,
     pub(crate) consistent_index: AtomicU64,
     pub(crate) durable_consistent_index: AtomicU64,
-    size_in_use: AtomicI64,
+    pub(crate) size_in_use: AtomicI64,
     pub(crate) events_prev_kv: AtomicBool,
     /// Whether a lease exists, asked before a put that names one (the lessor
     /// lives above mvcc). None: every lease is taken as existing.
@@ -67,6 +71,12 @@ pub struct Store {
     pub(crate) watch: crate::watch::WatchHub,
     /// Told how long each backend commit took (metrics live above mvcc).
     commit_observer: std::sync::OnceLock<CommitObserver>,
+    /// Set while a defragmentation copies the file: commits are deferred.
+    pub(crate) defragmenting: AtomicBool,
+    /// Serializes defragmentation with backups and snapshot installs.
+    pub(crate) defrag_lock: Mutex<()>,
+    /// Leased live keys found by the last load, until the lessor takes them.
+    pub(crate) loaded_leased_keys: Mutex<Vec<(Bytes, i64)>>,
 }
 
 /// Receives the duration of every backend commit that wrote something
@@ -80,12 +90,15 @@ pub type LeaseLookup = std::sync::Arc<dyn Fn(i64) -> bool + Send + Sync>;
 impl Store {
     /// Creates or opens the file and rebuilds the key index from it.
     pub fn open(path: &Path) -> Result<Store, MvccError> {
+        crate::defrag::remove_leftover(path);
         let db = backend::open_database(path)?;
         let loaded = backend::load(&db)?;
         let compact_revision = loaded.compact_revision.max(NO_COMPACTION);
         let size = std::fs::metadata(path).map(|m| m.len() as i64).unwrap_or(0);
         Ok(Store {
-            db,
+            db: RwLock::new(Arc::new(db)),
+            defragmenting: AtomicBool::new(false),
+            defrag_lock: Mutex::new(()),
             path: path.to_path_buf(),
             state: RwLock::new(IndexState {
                 tree: loaded.index,
@@ -102,9 +115,26 @@ impl Store {
             size_in_use: AtomicI64::new(size),
             commit_observer: std::sync::OnceLock::new(),
             lease_lookup: RwLock::new(None),
+            loaded_leased_keys: Mutex::new(loaded.leased_keys),
             events_prev_kv: AtomicBool::new(true),
             watch: crate::watch::WatchHub::default(),
         })
+    }
+
+    /// The current redb file handle.
+    pub(crate) fn db(&self) -> Arc<Database> {
+        self.db.read().clone()
+    }
+
+    /// Replaces the file handle (defragmentation); the caller holds the
+    /// writer and pending locks, and drops the old handle after releasing
+    /// them (closing a redb file writes its allocator state: not under locks).
+    pub(crate) fn swap_db(&self, db: Database) -> Arc<Database> {
+        std::mem::replace(&mut *self.db.write(), Arc::new(db))
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Last raft index recorded, committed or not.
@@ -188,21 +218,55 @@ impl Store {
     /// apply of raft entry `consistent_index`: it reaches the file in the
     /// same transaction as that index.
     pub fn put_member(&self, id: u64, record: Option<Vec<u8>>, consistent_index: u64) {
-        let _writer = self.writer.lock();
-        self.pending.write().members.insert(id, record);
-        self.record_consistent_index(consistent_index);
+        self.put_side(SideTable::Members, id, record, consistent_index);
     }
 
     /// Every member record: the file's, with applied-but-uncommitted changes.
     pub fn members(&self) -> Result<BTreeMap<u64, Vec<u8>>, MvccError> {
-        let mut members = backend::load_members(&self.db)?;
-        for (id, record) in &self.pending.read().members {
+        self.side_records(SideTable::Members)
+    }
+
+    /// Writes (or with None removes) a record of a side table as part of the
+    /// apply of raft entry `consistent_index`: it reaches the file in the
+    /// same transaction as that index.
+    pub fn put_side(
+        &self,
+        side: SideTable,
+        id: u64,
+        record: Option<Vec<u8>>,
+        consistent_index: u64,
+    ) {
+        let _writer = self.writer.lock();
+        self.stage_side(side, id, record);
+        self.record_consistent_index(consistent_index);
+    }
+
+    /// Stages a side-table change without recording an index: for changes
+    /// made together with a write transaction whose `end` records it.
+    pub fn stage_side(&self, side: SideTable, id: u64, record: Option<Vec<u8>>) {
+        let mut pending = self.pending.write();
+        pending.side.insert((side, id), record);
+        pending.dirty = true;
+    }
+
+    /// Every record of a side table: the file's, with applied-but-uncommitted
+    /// changes.
+    pub fn side_records(&self, side: SideTable) -> Result<BTreeMap<u64, Vec<u8>>, MvccError> {
+        let mut records = backend::load_side(&self.db(), side)?;
+        let pending = self.pending.read();
+        for ((_, id), record) in pending.side.range((side, 0)..=(side, u64::MAX)) {
             match record {
-                Some(bytes) => members.insert(*id, bytes.clone()),
-                None => members.remove(id),
+                Some(bytes) => records.insert(*id, bytes.clone()),
+                None => records.remove(id),
             };
         }
-        Ok(members)
+        Ok(records)
+    }
+
+    /// The live keys with a lease as the last open (or snapshot install)
+    /// found them; taken once by the lessor when it rebuilds.
+    pub fn take_loaded_leased_keys(&self) -> Vec<(Bytes, i64)> {
+        std::mem::take(&mut *self.loaded_leased_keys.lock())
     }
 
     /// Begins the one write transaction; blocks while another is alive, so
@@ -260,6 +324,14 @@ impl Store {
     /// transaction; fsynced when `durable`.
     pub fn commit(&self, durable: bool) -> Result<(), MvccError> {
         let _writer = self.writer.lock();
+        self.commit_locked(durable)
+    }
+
+    /// [`Store::commit`] for a caller that holds the writer lock.
+    pub(crate) fn commit_locked(&self, durable: bool) -> Result<(), MvccError> {
+        if self.defragmenting.load(Ordering::Acquire) {
+            return Err(MvccError::Deferred);
+        }
         // Only the writer changes `pending`, so an upgradable read keeps it
         // stable while readers go on reading the overlay during the commit.
         let pending = self.pending.upgradable_read();
@@ -268,19 +340,19 @@ impl Store {
             && pending.records.is_empty()
             && pending.deletions.is_empty()
             && pending.compact_revision.is_none()
-            && pending.members.is_empty();
+            && pending.side.is_empty();
         if nothing_pending && (!durable || self.durable_consistent_index() == consistent_index) {
             return Ok(());
         }
         let started = std::time::Instant::now();
         let in_use = backend::commit_batch(
-            &self.db,
+            &self.db(),
             &Batch {
                 records: &pending.records,
                 deletions: &pending.deletions,
                 consistent_index,
                 compact_revision: pending.compact_revision,
-                members: &pending.members,
+                side: &pending.side,
                 durable,
             },
         )?;
@@ -292,7 +364,7 @@ impl Store {
         pending.records.clear();
         pending.deletions.clear();
         pending.compact_revision = None;
-        pending.members.clear();
+        pending.side.clear();
         pending.dirty = false;
         drop(pending);
         self.size_in_use.store(in_use, Ordering::Relaxed);
@@ -361,7 +433,7 @@ impl Store {
                 .collect();
             let deleted: HashSet<RevisionKey> = pending.deletions.iter().copied().collect();
             // Begun under the pending lock: whatever redb lacks is in `overlay`.
-            let txn = self.db.begin_read().map_err(backend_error)?;
+            let txn = self.db().begin_read().map_err(backend_error)?;
             let table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
             (overlay, deleted, table)
         };
@@ -398,9 +470,12 @@ impl Store {
 /// the pending overlay, then redb, whose read transaction is begun only after
 /// an overlay miss (the writer drops overlay entries only after redb has
 /// committed them, so a miss means redb has them).
+type KeyTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
+
 pub(crate) struct ValueReader<'s> {
     store: &'s Store,
-    table: Option<ReadOnlyTable<&'static [u8], &'static [u8]>>,
+    /// The table, and the file handle it was read from (kept alive with it).
+    table: Option<(KeyTable, Arc<Database>)>,
 }
 
 impl<'s> ValueReader<'s> {
@@ -408,13 +483,14 @@ impl<'s> ValueReader<'s> {
         ValueReader { store, table: None }
     }
 
-    fn table(&mut self) -> Result<&ReadOnlyTable<&'static [u8], &'static [u8]>, MvccError> {
+    fn table(&mut self) -> Result<&KeyTable, MvccError> {
         if self.table.is_none() {
-            let txn = self.store.db.begin_read().map_err(backend_error)?;
-            self.table = Some(txn.open_table(KEY_TABLE).map_err(backend_error)?);
+            let db = self.store.db();
+            let txn = db.begin_read().map_err(backend_error)?;
+            self.table = Some((txn.open_table(KEY_TABLE).map_err(backend_error)?, db));
         }
         match &self.table {
-            Some(table) => Ok(table),
+            Some((table, _)) => Ok(table),
             None => unreachable!("table opened above"),
         }
     }

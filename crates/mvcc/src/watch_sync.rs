@@ -255,7 +255,7 @@ impl Store {
                 .filter(|r| *r >= lower)
                 .collect();
             // Begun under the pending lock: whatever redb lacks is in `overlay`.
-            let txn = self.db.begin_read().map_err(backend_error)?;
+            let txn = self.db().begin_read().map_err(backend_error)?;
             let table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
             (overlay, deleted, table)
         };

@@ -105,6 +105,37 @@ struct Flags {
         value_parser = parse_go_duration
     )]
     experimental_watch_progress_notify_interval: Duration,
+    /// Interpret 'auto-compaction-retention' one of: periodic|revision. 'periodic' for duration based retention, defaulting to hours if no time unit is provided (e.g. '5m'). 'revision' for revision number based retention.
+    #[arg(long, env = "ETCD_AUTO_COMPACTION_MODE", default_value = "periodic")]
+    auto_compaction_mode: String,
+    /// Auto compaction retention for mvcc key value store. 0 means disable auto compaction.
+    #[arg(long, env = "ETCD_AUTO_COMPACTION_RETENTION", default_value = "0")]
+    auto_compaction_retention: String,
+    /// Enable to check data corruption before serving any client/peer traffic.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    experimental_initial_corrupt_check: bool,
+    /// Duration of time between cluster corruption check passes (Go duration; 0s disables).
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME",
+        default_value = "0s",
+        value_parser = parse_go_duration
+    )]
+    experimental_corrupt_check_time: Duration,
+    /// Enable leader to send regular checkpoints to other members to prevent reset of remaining TTL on leader change.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_ENABLE_LEASE_CHECKPOINT", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    experimental_enable_lease_checkpoint: bool,
+    /// Enable persisting remainingTTL to prevent indefinite auto-renewal of long lived leases (oxcd always persists checkpoints).
+    #[arg(long, env = "ETCD_EXPERIMENTAL_ENABLE_LEASE_CHECKPOINT_PERSIST", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    experimental_enable_lease_checkpoint_persist: bool,
+    /// Duration of time between two lease checkpoints (Go duration).
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_LEASE_CHECKPOINT_INTERVAL",
+        default_value = "5m0s",
+        value_parser = parse_go_duration
+    )]
+    experimental_lease_checkpoint_interval: Duration,
     /// Configures log level. Only supports debug, info, warn, error, panic, or fatal.
     #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
     log_level: String,
@@ -199,6 +230,11 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
             flags.metrics
         ));
     }
+    let auto_compaction = server::compactor::parse(
+        &flags.auto_compaction_mode,
+        &flags.auto_compaction_retention,
+        parse_go_duration,
+    )?;
     if flags.logger != "zap" {
         return Err(format!(
             "unknown logger option {:?} (only 'zap' is supported)",
@@ -230,11 +266,7 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
         election_timeout: Duration::from_millis(flags.election_timeout),
         max_request_bytes: flags.max_request_bytes as usize,
         max_txn_ops: flags.max_txn_ops as usize,
-        quota_backend_bytes: if flags.quota_backend_bytes <= 0 {
-            ServerConfig::default().quota_backend_bytes
-        } else {
-            flags.quota_backend_bytes
-        },
+        quota_backend_bytes: quota_backend_bytes(flags.quota_backend_bytes),
         snapshot_catch_up_entries: flags.experimental_snapshot_catchup_entries.max(1),
         max_concurrent_streams: if flags.max_concurrent_streams == u32::MAX {
             None
@@ -243,7 +275,33 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
         },
         watch_progress_notify_interval: flags.experimental_watch_progress_notify_interval,
         listen_metrics_urls: split_urls(&flags.listen_metrics_urls),
+        lease_checkpoint_interval: (flags.experimental_enable_lease_checkpoint
+            || flags.experimental_enable_lease_checkpoint_persist)
+            .then_some(flags.experimental_lease_checkpoint_interval)
+            .filter(|interval| !interval.is_zero()),
+        auto_compaction,
+        initial_corrupt_check: flags.experimental_initial_corrupt_check,
+        corrupt_check_time: flags.experimental_corrupt_check_time,
+        ..ServerConfig::default()
     })
+}
+
+/// etcd's quota rules: 0 is the default (2 GiB), negative disables the
+/// quota, and anything above 8 GiB is capped there with a warning.
+fn quota_backend_bytes(flag: i64) -> i64 {
+    match flag {
+        0 => ServerConfig::default().quota_backend_bytes,
+        q if q < 0 => 0,
+        q if q > server::alarms::MAX_QUOTA_BYTES => {
+            tracing::warn!(
+                "quota-size-bytes" = q,
+                "quota-maximum-size-bytes" = server::alarms::MAX_QUOTA_BYTES,
+                "quota exceeds the maximum value"
+            );
+            server::alarms::MAX_QUOTA_BYTES
+        }
+        q => q,
+    }
 }
 
 fn print_version() {

@@ -6,57 +6,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, ConnectOptions, GetOptions};
+use etcd_client::GetOptions;
 use testkit::Cluster;
 use tonic::Code;
 
-/// Elections here: 100 ms heartbeats, 1 s election timeout (etcd's defaults).
-const ELECTION_DEADLINE: Duration = Duration::from_secs(10);
-
-async fn client(endpoints: &[String]) -> Client {
-    Client::connect(endpoints, None).await.expect("connect")
-}
-
-async fn require_leader_client(endpoint: &str) -> Client {
-    Client::connect(
-        [endpoint],
-        Some(ConnectOptions::new().with_require_leader(true)),
-    )
-    .await
-    .expect("connect")
-}
-
-/// The index of the member every running member agrees leads, waiting for
-/// an election if needed.
-async fn leader(cluster: &Cluster) -> usize {
-    let deadline = Instant::now() + ELECTION_DEADLINE;
-    loop {
-        let mut seen = Vec::new();
-        for (i, endpoint) in (0..cluster.members.len())
-            .filter(|i| cluster.members[*i].is_some())
-            .map(|i| (i, cluster.endpoint(i)))
-        {
-            let Ok(mut c) = Client::connect([endpoint], None).await else {
-                continue;
-            };
-            if let Ok(s) = c.status().await {
-                seen.push((
-                    i,
-                    s.header().map(|h| h.member_id()).unwrap_or(0),
-                    s.leader(),
-                ));
-            }
-        }
-        let leaders: Vec<u64> = seen.iter().map(|s| s.2).collect();
-        if !leaders.is_empty() && leaders[0] != 0 && leaders.iter().all(|l| *l == leaders[0]) {
-            if let Some((i, _, _)) = seen.iter().find(|(_, id, _)| *id == leaders[0]) {
-                return *i;
-            }
-        }
-        assert!(Instant::now() < deadline, "no agreed leader: {seen:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+mod common;
+use common::{client, leader, require_leader_client, ELECTION_DEADLINE};
 
 fn status_error(e: etcd_client::Error) -> (Code, String) {
     match e {

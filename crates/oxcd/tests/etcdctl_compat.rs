@@ -103,6 +103,37 @@ fn session() -> Vec<Step> {
     ]
 }
 
+/// Lease commands. `{L1}`/`{L2}` stand for the IDs the two `lease grant`s
+/// return on each server; the IDs (hex and decimal) are masked back in the
+/// outputs, as are remaining TTLs (a second may tick between servers).
+fn lease_session() -> Vec<Step> {
+    vec![
+        step(&["lease", "grant", "600"]),
+        step(&["lease", "grant", "300"]),
+        step(&["put", "lk1", "v", "--lease={L1}"]),
+        step(&["put", "lk2", "v", "--lease={L1}"]),
+        step(&["put", "lk3", "v", "--lease={L2}"]),
+        step(&["lease", "timetolive", "{L1}"]),
+        // One key: etcd lists several in Go map order (random).
+        step(&["lease", "timetolive", "--keys", "{L2}"]),
+        step(&["lease", "timetolive", "--keys", "{L2}", "-w", "json"]),
+        step(&["lease", "list"]),
+        step(&["lease", "keep-alive", "--once", "{L1}"]),
+        step(&["lease", "keep-alive", "--once", "1234"]),
+        step(&["get", "lk", "--prefix", "-w", "json"]),
+        step(&["lease", "revoke", "{L2}"]),
+        step(&["lease", "revoke", "{L2}"]),
+        step(&["lease", "timetolive", "{L2}"]),
+        step(&["lease", "timetolive", "{L2}", "-w", "json"]),
+        step(&["get", "lk", "--prefix"]),
+        step(&["put", "lk4", "v", "--lease=ffff"]),
+        step(&["lease", "grant", "10000000000"]),
+        step(&["lease", "revoke", "{L1}"]),
+        step(&["get", "lk", "--prefix", "--count-only", "-w", "json"]),
+        step(&["lease", "list"]),
+    ]
+}
+
 fn etcdctl(etcdctl: &str, endpoint: &str, s: &Step) -> String {
     let mut cmd = Command::new(etcdctl);
     cmd.env("ETCDCTL_API", "3")
@@ -139,13 +170,57 @@ fn etcdctl(etcdctl: &str, endpoint: &str, s: &Step) -> String {
 fn mask(s: &str) -> String {
     let json = Regex::new(r#""(cluster_id|member_id|raft_term)":\d+"#).unwrap();
     let fields = Regex::new(r#""(ClusterID|MemberID|RaftTerm)" : \d+"#).unwrap();
+    let remaining = Regex::new(r#"remaining\(\d+s\)|"ttl":\d+"#).unwrap();
     let s = json.replace_all(s, "\"$1\":N");
+    let s = remaining.replace_all(&s, "TTL");
     fields.replace_all(&s, "\"$1\" : N").into_owned()
+}
+
+/// Lease IDs a session has granted on one server, in grant order.
+#[derive(Default)]
+struct Leases(Vec<u64>);
+
+impl Leases {
+    fn substitute(&self, step: &Step) -> Step {
+        let mut args = step.args.clone();
+        for arg in &mut args {
+            for (i, id) in self.0.iter().enumerate() {
+                *arg = arg.replace(&format!("{{L{}}}", i + 1), &format!("{id:x}"));
+            }
+        }
+        Step {
+            args,
+            stdin: step.stdin.clone(),
+        }
+    }
+
+    /// Records the ID a `lease grant` printed and masks known IDs.
+    fn observe(&mut self, output: &str) -> String {
+        let granted = Regex::new(r"lease ([0-9a-f]+) granted").unwrap();
+        if let Some(id) = granted
+            .captures(output)
+            .and_then(|c| u64::from_str_radix(&c[1], 16).ok())
+        {
+            self.0.push(id);
+        }
+        let mut out = output.to_string();
+        for (i, id) in self.0.iter().enumerate() {
+            out = out
+                .replace(&format!("{id:016x}"), &format!("{{L{}}}", i + 1))
+                .replace(&format!("{id:x}"), &format!("{{L{}}}", i + 1))
+                .replace(&id.to_string(), &format!("{{L{}}}", i + 1));
+        }
+        out
+    }
 }
 
 /// Runs the session with `reference`'s etcdctl against `reference` and
 /// against oxcd, and compares every output.
 fn session_matches(reference: (&str, &str)) {
+    steps_match(reference, session());
+}
+
+fn steps_match(reference: (&str, &str), steps: Vec<Step>) {
     let (etcd_bin, etcdctl_bin) = reference;
     let ref_dir = tempfile::tempdir().unwrap();
     let etcd = testkit::start_reference_etcd(etcd_bin, ref_dir.path())
@@ -154,10 +229,19 @@ fn session_matches(reference: (&str, &str)) {
     let oxcd = Process::start_oxcd(&testkit::oxcd_bin(), ox_dir.path(), &[]);
 
     let mut mismatches = Vec::new();
-    let steps = session();
+    let (mut etcd_leases, mut oxcd_leases) = (Leases::default(), Leases::default());
     for s in &steps {
-        let want = mask(&etcdctl(etcdctl_bin, etcd.host_port(), s));
-        let got = mask(&etcdctl(etcdctl_bin, oxcd.host_port(), s));
+        let want = etcd_leases.observe(&etcdctl(
+            etcdctl_bin,
+            etcd.host_port(),
+            &etcd_leases.substitute(s),
+        ));
+        let got = oxcd_leases.observe(&etcdctl(
+            etcdctl_bin,
+            oxcd.host_port(),
+            &oxcd_leases.substitute(s),
+        ));
+        let (want, got) = (mask(&want), mask(&got));
         if want != got {
             mismatches.push(format!(
                 "etcdctl {:?}\n--- etcd:\n{want}--- oxcd:\n{got}",
@@ -182,6 +266,16 @@ fn etcdctl_34_session_matches_etcd_34() {
 #[test]
 fn etcdctl_35_session_matches_etcd_35() {
     session_matches(testkit::ETCD_35);
+}
+
+#[test]
+fn etcdctl_34_lease_session_matches_etcd_34() {
+    steps_match(testkit::ETCD_34, lease_session());
+}
+
+#[test]
+fn etcdctl_35_lease_session_matches_etcd_35() {
+    steps_match(testkit::ETCD_35, lease_session());
 }
 
 #[test]

@@ -290,6 +290,15 @@ fn gateway_session() -> Vec<Step> {
         post("/v3/kv/range", r#"{"key":"Zm9v","revision":"1000"}"#),
         post("/v3beta/kv/range", r#"{"key":"YmFy"}"#),
         post("/v3alpha/kv/range", r#"{"key":"YmFy"}"#),
+        post("/v3/lease/grant", r#"{"TTL":60,"ID":1234}"#),
+        post(
+            "/v3/kv/put",
+            r#"{"key":"bGs=","value":"dg==","lease":"1234"}"#,
+        ),
+        post("/v3/kv/lease/leases", r#"{}"#),
+        post("/v3/lease/revoke", r#"{"ID":"1234"}"#),
+        post("/v3/kv/lease/revoke", r#"{"ID":1234}"#),
+        post("/v3/lease/timetolive", r#"{"ID":1234,"keys":true}"#),
         post("/v3/cluster/member/list", r#"{}"#),
         Step {
             method: "GET",

@@ -8,20 +8,24 @@
 //! only right after a durable commit that covers it.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use api::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeResponse, InternalRaftRequest, PutRequest,
-    PutResponse, ResponseHeader, TxnRequest, TxnResponse,
+    alarm_request::AlarmAction, AlarmRequest, AlarmResponse, AlarmType, CompactionRequest,
+    CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, InternalRaftRequest,
+    LeaseCheckpointRequest, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest,
+    LeaseRevokeResponse, PutRequest, PutResponse, ResponseHeader, TxnRequest, TxnResponse,
 };
 use api::rpctypes::{self, EtcdError};
 use consensus::{CommittedBatch, RaftHandle};
-use mvcc::Store;
+use mvcc::{SideTable, Store, TxnWrite};
 use prost::Message;
 use raft::eraftpb::{Entry, EntryType};
 use tokio::sync::{mpsc, watch};
 
+use crate::alarms::{self, Alarms, Restriction};
 use crate::errors;
+use crate::lease::Lessor;
 use crate::membership::{encode_member, ClusterMembers};
 use crate::wait::Wait;
 
@@ -35,6 +39,10 @@ pub enum ApplyResponse {
     DeleteRange(DeleteRangeResponse),
     Txn(TxnResponse),
     Compaction(CompactionResponse),
+    Alarm(AlarmResponse),
+    LeaseGrant(LeaseGrantResponse),
+    LeaseRevoke(LeaseRevokeResponse),
+    LeaseCheckpoint,
     MemberAttrSet,
 }
 
@@ -47,6 +55,8 @@ pub struct Applier {
     pub applied: watch::Sender<u64>,
     pub snapshot_count: u64,
     pub members: Arc<ClusterMembers>,
+    pub lessor: Arc<Lessor>,
+    pub alarms: Arc<Alarms>,
 }
 
 impl Applier {
@@ -97,6 +107,10 @@ impl Applier {
     fn commit(&self, durable: bool) -> bool {
         match self.store.commit(durable) {
             Ok(()) => true,
+            // A defragmentation is copying the file: the batch stays in
+            // memory and goes to the new file after the swap; no snapshot
+            // (which would release WAL) until then.
+            Err(mvcc::MvccError::Deferred) => false,
             Err(e) => {
                 // Without its backend the member cannot make progress; the WAL
                 // still holds every entry, so stopping loses nothing.
@@ -144,6 +158,14 @@ impl Applier {
                 .filter_map(|b| crate::membership::decode_member(b))
                 .collect(),
         );
+        if let Err(e) = crate::startup::recover_alarms(&self.alarms, &self.store) {
+            tracing::error!(index, error = %e, "failed to rebuild alarms from the database snapshot; exiting");
+            std::process::exit(1);
+        }
+        if let Err(e) = crate::startup::recover_lessor(&self.lessor, &self.store) {
+            tracing::error!(index, error = %e, "failed to rebuild leases from the database snapshot; exiting");
+            std::process::exit(1);
+        }
         let applied = self.store.consistent_index().max(index);
         tracing::info!(
             index,
@@ -177,16 +199,34 @@ impl Applier {
     }
 
     fn apply_request(&self, request: InternalRaftRequest, index: u64) -> ApplyOutcome {
+        if let Err(e) = self.check_alarms(&request) {
+            self.store.set_consistent_index(index);
+            return Err(e);
+        }
+        if let Some(alarm) = request.alarm {
+            return Ok(ApplyResponse::Alarm(self.apply_alarm(&alarm, index)));
+        }
         if let Some(put) = request.put {
             return self.apply_put(&put, index).map(ApplyResponse::Put);
         }
         if let Some(delete) = request.delete_range {
-            let mut w = self.store.write(index);
-            let result = w.delete_range(&delete);
-            w.end();
-            return result
-                .map(ApplyResponse::DeleteRange)
-                .map_err(|e| errors::from_mvcc(&e));
+            return self
+                .write(index, |w| w.delete_range(&delete))
+                .map(ApplyResponse::DeleteRange);
+        }
+        if let Some(grant) = request.lease_grant {
+            return self
+                .apply_lease_grant(&grant, index)
+                .map(ApplyResponse::LeaseGrant);
+        }
+        if let Some(revoke) = request.lease_revoke {
+            return self
+                .apply_lease_revoke(&revoke, index)
+                .map(ApplyResponse::LeaseRevoke);
+        }
+        if let Some(checkpoint) = request.lease_checkpoint {
+            self.apply_lease_checkpoint(&checkpoint, index);
+            return Ok(ApplyResponse::LeaseCheckpoint);
         }
         if let Some(txn) = request.txn {
             return self.apply_txn(&txn, index).map(ApplyResponse::Txn);
@@ -220,18 +260,170 @@ impl Applier {
         Err(rpctypes::NOT_CAPABLE)
     }
 
+    /// What a raised alarm refuses (etcd's capped and corrupt appliers).
+    fn check_alarms(&self, request: &InternalRaftRequest) -> Result<(), EtcdError> {
+        match self.alarms.restriction() {
+            Restriction::None => Ok(()),
+            Restriction::Capped => {
+                let grows = request.put.is_some()
+                    || request.lease_grant.is_some()
+                    || request
+                        .txn
+                        .as_ref()
+                        .is_some_and(|t| alarms::cost_txn(t) > 0);
+                if grows {
+                    Err(rpctypes::NO_SPACE)
+                } else {
+                    Ok(())
+                }
+            }
+            Restriction::Corrupt => {
+                let writes = request.put.is_some()
+                    || request.delete_range.is_some()
+                    || request.txn.is_some()
+                    || request.compaction.is_some()
+                    || request.lease_grant.is_some()
+                    || request.lease_revoke.is_some();
+                if writes {
+                    Err(rpctypes::CORRUPT)
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// etcd's applierV3backend.Alarm: GET lists; ACTIVATE/DEACTIVATE change
+    /// the set (persisted with this entry's index) and answer with the alarm
+    /// changed, if any.
+    fn apply_alarm(&self, req: &AlarmRequest, index: u64) -> AlarmResponse {
+        let mut resp = AlarmResponse::default();
+        let changed = match AlarmAction::try_from(req.action) {
+            Ok(AlarmAction::Get) => {
+                resp.alarms = self.alarms.get(req.alarm);
+                None
+            }
+            Ok(AlarmAction::Activate) => self
+                .alarms
+                .activate(req.member_id, req.alarm)
+                .map(|m| (m, true)),
+            Ok(AlarmAction::Deactivate) => self
+                .alarms
+                .deactivate(req.member_id, req.alarm)
+                .map(|m| (m, false)),
+            Err(_) => None,
+        };
+        match changed {
+            Some((member, raised)) => {
+                let name = AlarmType::try_from(member.alarm)
+                    .map(|a| a.as_str_name())
+                    .unwrap_or("UNKNOWN");
+                if raised {
+                    tracing::warn!(alarm = name, "from" = %format!("{:x}", member.member_id), "alarm raised");
+                } else {
+                    tracing::info!(alarm = name, "from" = %format!("{:x}", member.member_id), "alarm disarmed");
+                }
+                self.store.put_side(
+                    SideTable::Alarms,
+                    alarms::record_key(member.member_id, member.alarm),
+                    raised.then(|| alarms::encode(member.member_id, member.alarm)),
+                    index,
+                );
+                resp.alarms.push(member);
+            }
+            None => self.store.set_consistent_index(index),
+        }
+        resp
+    }
+
     fn apply_put(&self, put: &PutRequest, index: u64) -> Result<PutResponse, EtcdError> {
-        let mut w = self.store.write(index);
-        let result = w.put(put);
-        w.end();
-        result.map_err(|e| errors::from_mvcc(&e))
+        self.write(index, |w| w.put(put))
     }
 
     fn apply_txn(&self, txn: &TxnRequest, index: u64) -> Result<TxnResponse, EtcdError> {
+        self.write(index, |w| w.txn(txn))
+    }
+
+    /// One write transaction; its events attach and detach leased keys.
+    fn write<T>(
+        &self,
+        index: u64,
+        op: impl FnOnce(&mut TxnWrite<'_>) -> Result<T, mvcc::MvccError>,
+    ) -> Result<T, EtcdError> {
         let mut w = self.store.write(index);
-        let result = w.txn(txn);
-        w.end();
+        let result = op(&mut w);
+        let written = w.end();
+        self.lessor.on_events(&written.events);
         result.map_err(|e| errors::from_mvcc(&e))
+    }
+
+    fn apply_lease_grant(
+        &self,
+        req: &LeaseGrantRequest,
+        index: u64,
+    ) -> Result<LeaseGrantResponse, EtcdError> {
+        match self.lessor.grant(req.id, req.ttl, Instant::now()) {
+            Ok((ttl, record)) => {
+                self.store
+                    .put_side(SideTable::Leases, req.id as u64, Some(record), index);
+                Ok(LeaseGrantResponse {
+                    header: None,
+                    id: req.id,
+                    ttl,
+                    error: String::new(),
+                })
+            }
+            Err(e) => {
+                self.store.set_consistent_index(index);
+                Err(e)
+            }
+        }
+    }
+
+    /// Deletes every key of the lease in one revision (in key order, as
+    /// etcd) and the lease record in the same batch.
+    fn apply_lease_revoke(
+        &self,
+        req: &LeaseRevokeRequest,
+        index: u64,
+    ) -> Result<LeaseRevokeResponse, EtcdError> {
+        let Some(keys) = self.lessor.keys_to_revoke(req.id) else {
+            self.store.set_consistent_index(index);
+            return Err(rpctypes::LEASE_NOT_FOUND);
+        };
+        let mut w = self.store.write(index);
+        for key in keys {
+            let deleted = w.delete_range(&DeleteRangeRequest {
+                key,
+                ..Default::default()
+            });
+            if let Err(e) = deleted {
+                // Only a backend failure gets here; nothing was published.
+                drop(w);
+                self.store.set_consistent_index(index);
+                return Err(errors::from_mvcc(&e));
+            }
+        }
+        self.store
+            .stage_side(SideTable::Leases, req.id as u64, None);
+        let written = w.end();
+        self.lessor.remove(req.id);
+        self.lessor.on_events(&written.events);
+        Ok(LeaseRevokeResponse {
+            header: Some(ResponseHeader {
+                revision: written.revision,
+                ..Default::default()
+            }),
+        })
+    }
+
+    fn apply_lease_checkpoint(&self, req: &LeaseCheckpointRequest, index: u64) {
+        let records = self.lessor.checkpoint(&req.checkpoints, Instant::now());
+        for (id, record) in records {
+            self.store
+                .put_side(SideTable::Leases, id as u64, Some(record), index);
+        }
+        self.store.set_consistent_index(index);
     }
 
     fn apply_compaction(

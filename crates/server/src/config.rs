@@ -38,6 +38,20 @@ pub struct ServerConfig {
     /// Extra listeners serving only /metrics and /health (etcd's
     /// --listen-metrics-urls).
     pub listen_metrics_urls: Vec<String>,
+    /// How often the leader checkpoints remaining lease TTLs through raft
+    /// (etcd's --experimental-lease-checkpoint-interval, used when
+    /// --experimental-enable-lease-checkpoint is set); None: no checkpoints.
+    pub lease_checkpoint_interval: Option<Duration>,
+    /// --auto-compaction-mode and --auto-compaction-retention; None: off.
+    pub auto_compaction: Option<crate::compactor::AutoCompaction>,
+    /// How often the revision compactor looks (etcd: 5 minutes; tests shrink it).
+    pub auto_compaction_revision_interval: Duration,
+    /// --experimental-initial-corrupt-check: compare hashes with the peers
+    /// before serving, refusing to start on a mismatch.
+    pub initial_corrupt_check: bool,
+    /// --experimental-corrupt-check-time: the leader's periodic hash
+    /// comparison (zero: off).
+    pub corrupt_check_time: Duration,
 }
 
 impl ServerConfig {
@@ -78,6 +92,11 @@ impl Default for ServerConfig {
             snapshot_catch_up_entries: 5000,
             watch_progress_notify_interval: Duration::from_secs(10 * 60),
             listen_metrics_urls: Vec::new(),
+            lease_checkpoint_interval: None,
+            auto_compaction: None,
+            auto_compaction_revision_interval: crate::compactor::REVISION_CHECK_INTERVAL,
+            initial_corrupt_check: false,
+            corrupt_check_time: Duration::ZERO,
         }
     }
 }

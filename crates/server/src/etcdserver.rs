@@ -3,7 +3,7 @@
 //! answers status. The gRPC services are thin layers over this.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use api::etcdserverpb::{InternalRaftRequest, RequestHeader, ResponseHeader};
@@ -13,11 +13,14 @@ use mvcc::Store;
 use prost::Message;
 use tokio::sync::watch;
 
+use crate::alarms::{self, Alarms};
 use crate::apply::{ApplyOutcome, ApplyResponse};
 use crate::config::ServerConfig;
 use crate::errors;
+use crate::lease::Lessor;
 use crate::membership::{ClusterMembers, Member};
 use crate::metrics::Metrics;
+use crate::peers::PeerChannels;
 use crate::wait::Wait;
 
 /// etcd refuses new proposals once apply lags commit by this many entries
@@ -40,6 +43,11 @@ pub struct EtcdServer {
     pub(crate) applied: watch::Receiver<u64>,
     request_ids: RequestIdGenerator,
     pub metrics: Arc<Metrics>,
+    pub lessor: Arc<Lessor>,
+    pub alarms: Arc<Alarms>,
+    pub(crate) peer_channels: PeerChannels,
+    /// This server's own Arc, for background work it starts.
+    pub(crate) me: Weak<EtcdServer>,
 }
 
 impl EtcdServer {
@@ -54,6 +62,9 @@ impl EtcdServer {
         wait: Arc<Wait<ApplyOutcome>>,
         applied: watch::Receiver<u64>,
         metrics: Arc<Metrics>,
+        lessor: Arc<Lessor>,
+        alarms: Arc<Alarms>,
+        me: Weak<EtcdServer>,
     ) -> EtcdServer {
         let request_ids = RequestIdGenerator::new(member.id);
         EtcdServer {
@@ -67,6 +78,10 @@ impl EtcdServer {
             applied,
             request_ids,
             metrics,
+            lessor,
+            alarms,
+            peer_channels: PeerChannels::default(),
+            me,
         }
     }
 
@@ -192,7 +207,7 @@ impl EtcdServer {
         }
     }
 
-    async fn wait_applied(
+    pub(crate) async fn wait_applied(
         &self,
         index: u64,
         deadline: tokio::time::Instant,
@@ -206,6 +221,79 @@ impl EtcdServer {
             Ok(true) => Ok(()),
             Ok(false) => Err(rpctypes::STOPPED),
             Err(_) => Err(rpctypes::TIMEOUT_WAIT_APPLIED_INDEX),
+        }
+    }
+
+    /// etcd's quota check before a write is proposed: past
+    /// --quota-backend-bytes the member raises NOSPACE through raft and the
+    /// write fails. A write that adds nothing (cost 0) always passes.
+    pub async fn check_quota(&self, cost: i64) -> Result<(), EtcdError> {
+        let quota = self.cfg.quota_backend_bytes;
+        if cost == 0 || quota <= 0 || self.store.db_size() + cost < quota {
+            return Ok(());
+        }
+        let raise = api::etcdserverpb::AlarmRequest {
+            action: api::etcdserverpb::alarm_request::AlarmAction::Activate as i32,
+            member_id: self.member.id,
+            alarm: api::etcdserverpb::AlarmType::Nospace as i32,
+        };
+        if let Err(e) = self.alarm(raise).await {
+            tracing::warn!(error = %e, "failed to raise the NOSPACE alarm");
+        }
+        Err(rpctypes::NO_SPACE)
+    }
+
+    /// Alarm requests, GET included, go through raft as in etcd.
+    pub async fn alarm(
+        &self,
+        req: api::etcdserverpb::AlarmRequest,
+    ) -> Result<api::etcdserverpb::AlarmResponse, EtcdError> {
+        match self
+            .propose(InternalRaftRequest {
+                alarm: Some(req),
+                ..Default::default()
+            })
+            .await?
+        {
+            ApplyResponse::Alarm(mut resp) => {
+                self.fill_header(&mut resp.header);
+                Ok(resp)
+            }
+            _ => Err(rpctypes::NOT_CAPABLE),
+        }
+    }
+
+    /// The raised alarms as Status lists them.
+    pub fn alarm_errors(&self) -> Vec<String> {
+        self.alarms
+            .get(api::etcdserverpb::AlarmType::None as i32)
+            .iter()
+            .map(alarms::describe)
+            .collect()
+    }
+
+    /// Grants a lease through raft (etcd's EtcdServer.LeaseGrant): an ID of
+    /// 0 asks the member to choose a positive one.
+    pub async fn lease_grant(
+        &self,
+        mut req: api::etcdserverpb::LeaseGrantRequest,
+    ) -> Result<api::etcdserverpb::LeaseGrantResponse, EtcdError> {
+        self.check_quota(alarms::cost_lease_grant()).await?;
+        while req.id == 0 {
+            req.id = (self.request_ids.next() & ((1 << 63) - 1)) as i64;
+        }
+        match self
+            .propose(InternalRaftRequest {
+                lease_grant: Some(req),
+                ..Default::default()
+            })
+            .await?
+        {
+            ApplyResponse::LeaseGrant(mut resp) => {
+                self.fill_header(&mut resp.header);
+                Ok(resp)
+            }
+            _ => Err(rpctypes::NOT_CAPABLE),
         }
     }
 

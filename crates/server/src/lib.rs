@@ -10,17 +10,22 @@
 //! limit, waiter) → raft (WAL fsync, commit) → `apply::Applier` (mvcc
 //! write, consistent index, waiter woken) → response with etcd's header.
 
+pub mod alarms;
 pub mod apply;
 pub mod checks;
+pub mod compactor;
 pub mod config;
+pub mod corrupt;
 pub mod errors;
 pub mod etcdserver;
 pub mod gateway;
 pub mod grpc_compat;
 pub mod http;
+pub mod lease;
 pub mod logutil;
 pub mod membership;
 pub mod metrics;
+pub mod peers;
 pub mod snapshot;
 pub mod startup;
 pub mod v3rpc;

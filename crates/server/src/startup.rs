@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use api::etcdserverpb::cluster_server::ClusterServer;
 use api::etcdserverpb::kv_server::KvServer;
+use api::etcdserverpb::lease_server::LeaseServer;
 use api::etcdserverpb::maintenance_server::MaintenanceServer;
 use api::etcdserverpb::watch_server::WatchServer;
 use api::etcdserverpb::{Attributes, ClusterMemberAttrSetRequest, InternalRaftRequest};
@@ -20,16 +21,19 @@ use mvcc::Store;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::alarms::Alarms;
 use crate::apply::Applier;
 use crate::config::{ServerConfig, GRPC_OVERHEAD_BYTES};
 use crate::etcdserver::EtcdServer;
 use crate::gateway::Gateway;
+use crate::lease::{self, Lessor};
 use crate::membership::{self, ClusterMembers, Member as MemberInfo};
 use crate::metrics::grpc::GrpcMetricsLayer;
 use crate::metrics::Metrics;
 use crate::snapshot::BackendSnapshots;
 use crate::v3rpc::cluster::ClusterService;
 use crate::v3rpc::kv::KvService;
+use crate::v3rpc::lease::LeaseService;
 use crate::v3rpc::maintenance::{MaintenanceService, CLUSTER_VERSION, ETCD_VERSION};
 use crate::v3rpc::watch::WatchService;
 use crate::wait::Wait;
@@ -46,6 +50,8 @@ pub enum StartError {
     Raft(#[from] consensus::ConsensusError),
     #[error("failed to listen on {url}: {error}")]
     Listen { url: String, error: std::io::Error },
+    #[error("{0}")]
+    Corrupt(String),
 }
 
 /// redb's file magic: a backend that does not start with it is not ours.
@@ -56,6 +62,20 @@ struct NoPeers;
 
 impl Transport for NoPeers {
     fn send(&self, _msgs: Vec<raft::eraftpb::Message>) {}
+}
+
+/// Rebuilds the alarms from the backend's alarm table.
+pub(crate) fn recover_alarms(alarms: &Alarms, store: &Store) -> Result<(), StartError> {
+    let records = store.side_records(mvcc::SideTable::Alarms)?;
+    alarms.recover(records.into_values());
+    Ok(())
+}
+
+/// Rebuilds the lessor from the backend's lease table and leased keys.
+pub(crate) fn recover_lessor(lessor: &Lessor, store: &Store) -> Result<(), StartError> {
+    let records = store.side_records(mvcc::SideTable::Leases)?;
+    lessor.recover(records.into_values(), store.take_loaded_leased_keys());
+    Ok(())
 }
 
 /// A running member.
@@ -349,9 +369,17 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     };
     let store = Arc::new(store);
     store.set_commit_observer(metrics.backend_commit_observer());
-    // Leases arrive with the lease issue; until then none exists, so a put
-    // naming one fails as etcd fails a put with an unknown lease.
-    store.set_lease_lookup(Arc::new(|_lease| false));
+    let lessor = Arc::new(Lessor::new(
+        lease::min_lease_ttl(cfg.heartbeat, cfg.election_timeout),
+        cfg.lease_checkpoint_interval,
+    ));
+    recover_lessor(&lessor, &store)?;
+    let alarms = Arc::new(Alarms::default());
+    recover_alarms(&alarms, &store)?;
+    {
+        let lessor = lessor.clone();
+        store.set_lease_lookup(Arc::new(move |id| lessor.exists(id)));
+    }
     tracing::info!(path = %backend_path.display(), "consistent-index" = store.consistent_index(),
         revision = store.current_revision(), "opened backend db");
 
@@ -404,23 +432,30 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         applied: applied_tx,
         snapshot_count: cfg.snapshot_count.max(1),
         members: members.clone(),
+        lessor: lessor.clone(),
+        alarms: alarms.clone(),
     };
     let apply_thread = std::thread::Builder::new()
         .name("apply".into())
         .spawn(move || applier.run(committed))
         .map_err(|e| StartError::Config(format!("cannot start the apply thread: {e}")))?;
 
-    let server = Arc::new(EtcdServer::new(
-        members.clone(),
-        cfg.clone(),
-        store,
-        raft,
-        member,
-        cluster_id,
-        wait,
-        applied_rx,
-        metrics,
-    ));
+    let server = Arc::new_cyclic(|me| {
+        EtcdServer::new(
+            members.clone(),
+            cfg.clone(),
+            store,
+            raft,
+            member,
+            cluster_id,
+            wait,
+            applied_rx,
+            metrics,
+            lessor,
+            alarms,
+            me.clone(),
+        )
+    });
     if let Some(transport) = &peer_transport {
         let source = BackendSnapshots {
             store: server.store.clone(),
@@ -450,6 +485,25 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
             shutdown_rx.clone(),
         )));
         tracing::info!(address = %local, "serving peer traffic");
+    }
+    if cfg.initial_corrupt_check {
+        if let Err(reason) = crate::corrupt::check_initial(&server).await {
+            let _ = shutdown.send(true);
+            let raft = server.raft.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                raft.stop();
+                let _ = apply_thread.join();
+            })
+            .await;
+            return Err(StartError::Corrupt(reason));
+        }
+    }
+    if !cfg.corrupt_check_time.is_zero() {
+        serving.push(tokio::spawn(crate::corrupt::run_periodic(
+            server.clone(),
+            cfg.corrupt_check_time,
+            shutdown_rx.clone(),
+        )));
     }
     for (url, addr) in cfg.listen_client_urls.iter().zip(client_addrs) {
         let listener = TcpListener::bind(addr)
@@ -489,6 +543,22 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         tracing::info!(address = %local, "serving metrics");
     }
     tokio::spawn(announce_when_ready(server.clone()));
+    serving.push(tokio::spawn(lease::driver::run_primacy(
+        server.clone(),
+        shutdown_rx.clone(),
+    )));
+    serving.push(tokio::spawn(lease::driver::run_expiry(
+        server.clone(),
+        shutdown_rx.clone(),
+    )));
+    if let Some(mode) = server.cfg.auto_compaction {
+        serving.push(tokio::spawn(crate::compactor::run(
+            server.clone(),
+            mode,
+            server.cfg.auto_compaction_revision_interval,
+            shutdown_rx.clone(),
+        )));
+    }
     Ok(Member {
         server,
         client_addrs: bound,
@@ -513,6 +583,10 @@ async fn serve_peers(
     );
     let result = tonic::transport::Server::builder()
         .add_service(peer)
+        .add_service(lease::driver::LeasePeerService::server(server.clone()))
+        .add_service(crate::corrupt::MaintenancePeerService::server(
+            server.clone(),
+        ))
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
         })
@@ -540,16 +614,21 @@ async fn serve_clients(
     let watch = WatchServer::new(WatchService::new(server.clone(), shutdown.clone()))
         .max_decoding_message_size(max_request)
         .max_encoding_message_size(usize::MAX);
+    let lease = LeaseServer::new(LeaseService::new(server.clone(), shutdown.clone()))
+        .max_decoding_message_size(max_request)
+        .max_encoding_message_size(usize::MAX);
     let grpc = tonic::service::Routes::builder()
         .add_service(kv)
         .add_service(maintenance)
         .add_service(cluster)
         .add_service(watch)
+        .add_service(lease)
         .clone()
         .routes();
     let gateway = Arc::new(Gateway::new(
         server.clone(),
         WatchService::new(server.clone(), shutdown.clone()),
+        LeaseService::new(server.clone(), shutdown.clone()),
     ));
     let routes = crate::http::with_fallback(
         grpc.into_axum_router()

@@ -302,11 +302,8 @@ async fn errors_carry_etcds_codes_and_messages() {
 async fn services_not_built_answer_unimplemented_without_hanging() {
     let dir = tempfile::tempdir().unwrap();
     let (m, mut c) = member(dir.path(), |_| {}).await;
-    let r = tokio::time::timeout(Duration::from_secs(10), c.lease_grant(10, None))
-        .await
-        .expect("no hang");
-    assert_eq!(status_of(r.unwrap_err()).0, Code::Unimplemented);
-    let r = tokio::time::timeout(Duration::from_secs(10), c.defragment())
+    // Auth arrives with its own issue.
+    let r = tokio::time::timeout(Duration::from_secs(10), c.user_list())
         .await
         .expect("no hang");
     assert_eq!(status_of(r.unwrap_err()).0, Code::Unimplemented);

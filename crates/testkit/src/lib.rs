@@ -134,6 +134,11 @@ impl Process {
         unsafe {
             libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
         }
+        self.wait_exit(deadline)
+    }
+
+    /// Waits (with a deadline, then kill -9) for the process to exit.
+    pub fn wait_exit(&mut self, deadline: Duration) -> Option<ExitStatus> {
         let end = Instant::now() + deadline;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -240,6 +245,15 @@ pub struct Cluster {
 impl Cluster {
     /// Starts `n` members and waits until every one is ready.
     pub fn start(n: usize, extra: &[&str]) -> Cluster {
+        let mut cluster = Cluster::prepare(n, extra);
+        cluster.start_all();
+        cluster
+    }
+
+    /// Chooses addresses, names and data dirs for `n` members without
+    /// starting any, so a test can prepare the data dirs first (a restored
+    /// snapshot) and then [`Cluster::start_all`].
+    pub fn prepare(n: usize, extra: &[&str]) -> Cluster {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos() ^ std::process::id().rotate_left(16))
@@ -253,22 +267,38 @@ impl Cluster {
             .map(|(name, ip)| format!("{name}=http://{ip}:2380"))
             .collect::<Vec<_>>()
             .join(",");
-        let mut cluster = Cluster {
+        Cluster {
             members: (0..n).map(|_| None).collect(),
             names,
             ips,
             initial_cluster,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             dir: tempfile::tempdir().expect("temp dir"),
-        };
+        }
+    }
+
+    /// Starts every member that is not running and waits until all are ready.
+    pub fn start_all(&mut self) {
+        let n = self.members.len();
         // Start all first (a member is ready only once a quorum is up).
         for i in 0..n {
-            cluster.members[i] = Some(cluster.spawn(i));
+            if self.members[i].is_none() {
+                self.members[i] = Some(self.spawn(i));
+            }
         }
         for i in 0..n {
-            cluster.wait_ready(i);
+            self.wait_ready(i);
         }
-        cluster
+    }
+
+    /// The `--initial-cluster` value every member starts with.
+    pub fn initial_cluster(&self) -> &str {
+        &self.initial_cluster
+    }
+
+    /// Member `i`'s peer URL (its `--initial-advertise-peer-urls`).
+    pub fn peer_url(&self, i: usize) -> String {
+        format!("http://{}:2380", self.ips[i])
     }
 
     fn spawn(&self, i: usize) -> Process {
@@ -321,6 +351,28 @@ impl Cluster {
         if let Some(mut p) = self.members[i].take() {
             p.kill9();
         }
+    }
+
+    /// A clean stop (SIGTERM): the member commits everything it applied.
+    pub fn stop(&mut self, i: usize) {
+        if let Some(mut p) = self.members[i].take() {
+            p.terminate(Duration::from_secs(10));
+        }
+    }
+
+    /// Starts a stopped member with `extra` flags besides the cluster's,
+    /// without waiting for it to become ready (it may be expected to fail).
+    pub fn spawn_with(&mut self, i: usize, extra: &[&str]) -> &mut Process {
+        assert!(
+            self.members[i].is_none(),
+            "{} is still running",
+            self.names[i]
+        );
+        let saved = self.extra.clone();
+        self.extra.extend(extra.iter().map(|s| s.to_string()));
+        let p = self.spawn(i);
+        self.extra = saved;
+        self.members[i].insert(p)
     }
 
     /// SIGSTOP / SIGCONT: a member that neither sends nor answers.

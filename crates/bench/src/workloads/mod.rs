@@ -2,6 +2,7 @@
 
 pub mod health;
 pub mod lease;
+pub mod lease_expire;
 pub mod put;
 pub mod range;
 pub mod txn_put;

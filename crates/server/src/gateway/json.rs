@@ -94,6 +94,23 @@ impl<'a> Obj<'a> {
         self
     }
 
+    pub fn bytes_list<B: AsRef<[u8]>>(&mut self, name: &str, values: &[B]) -> &mut Self {
+        if !values.is_empty() {
+            self.key(name);
+            self.out.push('[');
+            for (i, value) in values.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                self.out.push('"');
+                self.out.push_str(&STANDARD.encode(value.as_ref()));
+                self.out.push('"');
+            }
+            self.out.push(']');
+        }
+        self
+    }
+
     pub fn strings(&mut self, name: &str, values: &[String]) -> &mut Self {
         if !values.is_empty() {
             self.key(name);

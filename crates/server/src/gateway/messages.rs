@@ -4,10 +4,12 @@
 
 use api::etcdserverpb::{
     compare, request_op, response_op, watch_request, CompactionRequest, CompactionResponse,
-    Compare, DeleteRangeRequest, DeleteRangeResponse, Member, MemberListRequest,
-    MemberListResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp,
-    ResponseHeader, ResponseOp, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
-    WatchCancelRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
+    Compare, DeleteRangeRequest, DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse,
+    LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseStatus,
+    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, Member, MemberListRequest, MemberListResponse,
+    PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp, ResponseHeader, ResponseOp,
+    StatusRequest, StatusResponse, TxnRequest, TxnResponse, WatchCancelRequest, WatchCreateRequest,
+    WatchProgressRequest, WatchRequest, WatchResponse,
 };
 use api::mvccpb::{Event, KeyValue};
 use serde_json::Value;
@@ -226,6 +228,40 @@ impl FromJson for MemberListRequest {
     }
 }
 
+impl FromJson for LeaseGrantRequest {
+    fn from_json(value: &Value) -> Result<Self, Status> {
+        let f = Fields::of(value)?;
+        Ok(LeaseGrantRequest {
+            ttl: f.int("TTL")?,
+            id: f.int("ID")?,
+        })
+    }
+}
+
+impl FromJson for LeaseRevokeRequest {
+    fn from_json(value: &Value) -> Result<Self, Status> {
+        let f = Fields::of(value)?;
+        Ok(LeaseRevokeRequest { id: f.int("ID")? })
+    }
+}
+
+impl FromJson for LeaseTimeToLiveRequest {
+    fn from_json(value: &Value) -> Result<Self, Status> {
+        let f = Fields::of(value)?;
+        Ok(LeaseTimeToLiveRequest {
+            id: f.int("ID")?,
+            keys: f.bool("keys")?,
+        })
+    }
+}
+
+impl FromJson for LeaseLeasesRequest {
+    fn from_json(value: &Value) -> Result<Self, Status> {
+        Fields::of(value)?;
+        Ok(LeaseLeasesRequest {})
+    }
+}
+
 // ---- responses ----
 
 fn header(out: &mut String, h: &ResponseHeader) {
@@ -365,6 +401,52 @@ impl ToJson for StatusResponse {
             .strings("errors", &self.errors)
             .int("dbSizeInUse", self.db_size_in_use)
             .bool("isLearner", self.is_learner);
+        o.end();
+    }
+}
+
+impl ToJson for LeaseGrantResponse {
+    fn to_json(&self, out: &mut String) {
+        let mut o = Obj::new(out);
+        o.msg("header", self.header.as_ref(), header)
+            .int("ID", self.id)
+            .int("TTL", self.ttl)
+            .str("error", &self.error);
+        o.end();
+    }
+}
+
+impl ToJson for LeaseRevokeResponse {
+    fn to_json(&self, out: &mut String) {
+        let mut o = Obj::new(out);
+        o.msg("header", self.header.as_ref(), header);
+        o.end();
+    }
+}
+
+impl ToJson for LeaseTimeToLiveResponse {
+    fn to_json(&self, out: &mut String) {
+        let mut o = Obj::new(out);
+        o.msg("header", self.header.as_ref(), header)
+            .int("ID", self.id)
+            .int("TTL", self.ttl)
+            .int("grantedTTL", self.granted_ttl)
+            .bytes_list("keys", &self.keys);
+        o.end();
+    }
+}
+
+fn lease_status(out: &mut String, l: &LeaseStatus) {
+    let mut o = Obj::new(out);
+    o.int("ID", l.id);
+    o.end();
+}
+
+impl ToJson for LeaseLeasesResponse {
+    fn to_json(&self, out: &mut String) {
+        let mut o = Obj::new(out);
+        o.msg("header", self.header.as_ref(), header)
+            .msgs("leases", &self.leases, lease_status);
         o.end();
     }
 }

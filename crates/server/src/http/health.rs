@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use api::etcdserverpb::RangeRequest;
+use api::etcdserverpb::{AlarmType, RangeRequest};
 use axum::body::Body;
 use http::{header, HeaderValue, Method, StatusCode};
 
@@ -47,11 +47,18 @@ impl Health {
     }
 }
 
-/// The alarms active on this member, by etcd's names ("NOSPACE",
-/// "CORRUPT"). None exists until the quota/alarm work lands: it fills this
-/// from the member's alarm store, and /health starts reporting them.
-fn active_alarms(_server: &EtcdServer) -> Vec<&'static str> {
-    Vec::new()
+/// The alarms raised in the cluster, by etcd's names ("NOSPACE", "CORRUPT").
+fn active_alarms(server: &EtcdServer) -> Vec<&'static str> {
+    server
+        .alarms
+        .get(AlarmType::None as i32)
+        .iter()
+        .map(|m| {
+            AlarmType::try_from(m.alarm)
+                .map(|a| a.as_str_name())
+                .unwrap_or("UNKNOWN")
+        })
+        .collect()
 }
 
 /// etcd's checkHealth + checkV3Health.

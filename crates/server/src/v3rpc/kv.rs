@@ -59,6 +59,9 @@ impl Kv for KvService {
         check_require_leader(&self.server, &request)?;
         let req = request.into_inner();
         checks::check_put(&req)?;
+        self.server
+            .check_quota(crate::alarms::cost_put(&req))
+            .await?;
         match self
             .propose(InternalRaftRequest {
                 put: Some(req),
@@ -111,6 +114,9 @@ impl Kv for KvService {
                 .read_txn(&req)
                 .map_err(|e| errors::from_mvcc(&e))?
         } else {
+            self.server
+                .check_quota(crate::alarms::cost_txn(&req))
+                .await?;
             match self
                 .propose(InternalRaftRequest {
                     txn: Some(req),

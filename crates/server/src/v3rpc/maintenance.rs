@@ -1,11 +1,10 @@
 //! The Maintenance service: Status (what `etcdctl endpoint status` shows),
-//! the alarm list, HashKV. Defragment, Snapshot, MoveLeader and Downgrade
-//! arrive with the operations issue (Unimplemented until then).
+//! Alarm, Defragment, Hash, HashKV, MoveLeader. Downgrade answers
+//! Unimplemented.
 
 use std::pin::Pin;
 use std::sync::Arc;
 
-use api::etcdserverpb::alarm_request::AlarmAction;
 use api::etcdserverpb::maintenance_server::Maintenance;
 use api::etcdserverpb::{
     AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse, DowngradeRequest,
@@ -46,18 +45,9 @@ impl Maintenance for MaintenanceService {
         request: Request<AlarmRequest>,
     ) -> Result<Response<AlarmResponse>, Status> {
         check_require_leader(&self.server, &request)?;
-        let req = request.into_inner();
-        if req.action != AlarmAction::Get as i32 {
-            return Err(Status::unimplemented(
-                "alarm activation is not implemented yet",
-            ));
-        }
-        // No alarm can be raised yet (quota arrives with the operations issue).
-        let header = self.server.header(self.server.store.current_revision());
-        Ok(Response::new(AlarmResponse {
-            header: Some(header),
-            alarms: vec![],
-        }))
+        Ok(Response::new(
+            self.server.alarm(request.into_inner()).await?,
+        ))
     }
 
     async fn status(
@@ -71,6 +61,7 @@ impl Maintenance for MaintenanceService {
         if raft.leader == 0 {
             errors.push(rpctypes::NO_LEADER.message.to_string());
         }
+        errors.extend(self.server.alarm_errors());
         Ok(Response::new(StatusResponse {
             header: Some(self.server.header(store.current_revision())),
             version: ETCD_VERSION.to_string(),
@@ -85,15 +76,45 @@ impl Maintenance for MaintenanceService {
         }))
     }
 
+    /// Rewrites this member's backend (not through raft, as etcd). Reads
+    /// and writes go on meanwhile; see mvcc's defrag module.
     async fn defragment(
         &self,
         _: Request<DefragmentRequest>,
     ) -> Result<Response<DefragmentResponse>, Status> {
-        Err(Status::unimplemented("Defragment is not implemented yet"))
+        let store = self.server.store.clone();
+        tracing::info!(path = %self.server.cfg.backend_path().display(),
+            "current-db-size-bytes" = store.db_size(), "starting defragmentation");
+        let stats = tokio::task::spawn_blocking(move || store.defragment())
+            .await
+            .map_err(|e| Status::internal(format!("defragmentation task failed: {e}")))?
+            .map_err(|e| {
+                tracing::warn!(error = %e, "failed to defragment the backend");
+                Status::unknown(e.to_string())
+            })?;
+        tracing::info!(path = %self.server.cfg.backend_path().display(),
+            "current-db-size-bytes-diff" = stats.size_after - stats.size_before,
+            "current-db-size-bytes" = stats.size_after,
+            "took" = ?stats.copy_time + stats.swap_time,
+            "writes-deferred" = ?stats.copy_time,
+            "finished defragmenting directory");
+        Ok(Response::new(DefragmentResponse {
+            header: Some(self.server.header(self.server.store.current_revision())),
+        }))
     }
 
-    async fn hash(&self, _: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
-        Err(Status::unimplemented("Hash is not implemented yet"))
+    /// The hash of this member's whole backend (not through raft).
+    async fn hash(&self, request: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+        check_require_leader(&self.server, &request)?;
+        let store = self.server.store.clone();
+        let (hash, revision) = tokio::task::spawn_blocking(move || store.hash())
+            .await
+            .map_err(|e| Status::internal(format!("hash task failed: {e}")))?
+            .map_err(|e| errors::from_mvcc(&e))?;
+        Ok(Response::new(HashResponse {
+            header: Some(self.server.header(revision)),
+            hash,
+        }))
     }
 
     async fn hash_kv(
@@ -119,16 +140,49 @@ impl Maintenance for MaintenanceService {
 
     async fn snapshot(
         &self,
-        _: Request<SnapshotRequest>,
+        request: Request<SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
-        Err(Status::unimplemented("Snapshot is not implemented yet"))
+        check_require_leader(&self.server, &request)?;
+        let stream = crate::v3rpc::snapshot_stream::start(self.server.clone());
+        Ok(Response::new(Box::pin(stream)))
     }
 
+    /// Hands leadership to another voting member (etcd's MoveLeader): only
+    /// the leader accepts it; answered once the transferee leads.
     async fn move_leader(
         &self,
-        _: Request<MoveLeaderRequest>,
+        request: Request<MoveLeaderRequest>,
     ) -> Result<Response<MoveLeaderResponse>, Status> {
-        Err(Status::unimplemented("MoveLeader is not implemented yet"))
+        check_require_leader(&self.server, &request)?;
+        let target = request.into_inner().target_id;
+        let server = &self.server;
+        if server.raft.status().leader != server.member.id {
+            return Err(rpctypes::NOT_LEADER.status());
+        }
+        if server.members.get(target).is_none_or(|m| m.is_learner) {
+            return Err(rpctypes::BAD_LEADER_TRANSFEREE.status());
+        }
+        let started = std::time::Instant::now();
+        tracing::info!("current-leader-member-id" = %format!("{:x}", server.member.id),
+            "transferee-member-id" = %format!("{:x}", target), "leadership transfer starting");
+        let deadline = tokio::time::Instant::now() + server.cfg.request_timeout();
+        server
+            .raft
+            .transfer_leader(target)
+            .await
+            .map_err(|e| errors::from_consensus(&e).status())?;
+        while server.raft.status().leader != target {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(rpctypes::TIMEOUT_LEADER_TRANSFER.status());
+            }
+            tokio::time::sleep(server.cfg.heartbeat).await;
+        }
+        tracing::info!("old-leader-member-id" = %format!("{:x}", server.member.id),
+            "new-leader-member-id" = %format!("{:x}", target), "took" = ?started.elapsed(),
+            "leadership transfer finished");
+        Ok(Response::new(MoveLeaderResponse {
+            header: Some(server.header(server.store.current_revision())),
+        }))
     }
 
     async fn downgrade(

@@ -4,7 +4,9 @@
 
 pub mod cluster;
 pub mod kv;
+pub mod lease;
 pub mod maintenance;
+pub mod snapshot_stream;
 pub mod watch;
 
 use api::rpctypes;

@@ -1,0 +1,264 @@
+//! Defragmentation: rewrites the redb file compactly and returns the freed
+//! space to the filesystem (etcd's backend.Defrag).
+//!
+//! etcd blocks every read and write for the whole defrag. Here neither
+//! waits: the copy is made from one read transaction while commits are
+//! deferred (applied writes stay in the pending overlay, where readers find
+//! them), then the new file replaces the old by an atomic rename and the
+//! handle is swapped under the writer and pending locks, a step that lasts
+//! no longer than a rename and an fsync of the directory. The deferred batch
+//! is committed to the new file right after.
+//!
+//! Crash safety: the copy is written to `db.defrag.tmp` next to the file
+//! and made durable before the rename; a crash before the rename leaves the
+//! old file intact and the temporary file is removed at the next open.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use redb::{Database, Durability, ReadableDatabase};
+
+use crate::backend::backend_error;
+use crate::snapshot::copy_all;
+use crate::{MvccError, Store};
+
+/// What a defragmentation did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DefragStats {
+    pub size_before: i64,
+    pub size_after: i64,
+    /// How long commits were deferred (reads and applies went on).
+    pub copy_time: Duration,
+    /// How long the swap held the writer lock (applies waited this long).
+    pub swap_time: Duration,
+}
+
+fn temporary_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".defrag.tmp");
+    path.with_file_name(name)
+}
+
+/// Removes the copy a defragmentation interrupted by a crash left behind.
+pub(crate) fn remove_leftover(path: &Path) {
+    let tmp = temporary_path(path);
+    if tmp.exists() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
+/// How long the defragmentation waits for readers of the old file before
+/// leaving its closing to the last of them.
+const OLD_FILE_GRACE: Duration = Duration::from_secs(5);
+
+/// Closes the replaced file here, once the readers that still use it are
+/// done, so that no request pays for closing it.
+fn close_when_unused(old: std::sync::Arc<Database>) {
+    let deadline = Instant::now() + OLD_FILE_GRACE;
+    while std::sync::Arc::strong_count(&old) > 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(old);
+}
+
+fn sync_dir(path: &Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(dir) => std::fs::File::open(dir)?.sync_all(),
+        None => Ok(()),
+    }
+}
+
+impl Store {
+    /// Rewrites the file compactly. Reads, writes and their apply go on
+    /// meanwhile; only commits wait, in memory, until the copy is in place.
+    pub fn defragment(&self) -> Result<DefragStats, MvccError> {
+        let _defrag = self.defrag_lock.lock();
+        let size_before = self.db_size();
+        // Everything applied so far goes to the old file; from here on the
+        // overlay holds what is applied during the copy.
+        self.commit(false)?;
+        {
+            let _writer = self.writer.lock();
+            self.defragmenting.store(true, Ordering::Release);
+        }
+        let started = Instant::now();
+        let tmp = temporary_path(self.path());
+        let copied = self.copy_compactly(&tmp);
+        let copy_time = started.elapsed();
+        let swap_started = Instant::now();
+        let swapped = copied.and_then(|copy| {
+            let _writer = self.writer.lock();
+            let _pending = self.pending.write();
+            std::fs::rename(&tmp, self.path())
+                .and_then(|()| sync_dir(self.path()))
+                .map_err(backend_error)?;
+            Ok(self.swap_db(copy))
+        });
+        let swap_time = swap_started.elapsed();
+        self.defragmenting.store(false, Ordering::Release);
+        let old = match swapped {
+            Ok(old) => old,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
+        // The deferred batch, now into the new file.
+        self.commit(false)?;
+        close_when_unused(old);
+        Ok(DefragStats {
+            size_before,
+            size_after: self.db_size(),
+            copy_time,
+            swap_time,
+        })
+    }
+
+    fn copy_compactly(&self, tmp: &Path) -> Result<Database, MvccError> {
+        let _ = std::fs::remove_file(tmp);
+        let snapshot = self.db().begin_read().map_err(backend_error)?;
+        let mut copy = Database::create(tmp).map_err(backend_error)?;
+        let mut txn = copy.begin_write().map_err(backend_error)?;
+        txn.set_durability(Durability::Immediate)
+            .map_err(backend_error)?;
+        copy_all(&snapshot, &txn)?;
+        txn.commit().map_err(backend_error)?;
+        drop(snapshot);
+        copy.compact().map_err(backend_error)?;
+        let stats = copy.begin_write().map_err(backend_error)?;
+        let in_use = stats
+            .stats()
+            .map(|s| (s.allocated_pages() * s.page_size() as u64) as i64)
+            .map_err(backend_error)?;
+        stats.abort().map_err(backend_error)?;
+        self.size_in_use.store(in_use, Ordering::Relaxed);
+        Ok(copy)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use api::etcdserverpb::{DeleteRangeRequest, PutRequest, RangeRequest};
+
+    use crate::Store;
+
+    fn put(store: &Store, index: u64, key: &str, value: Vec<u8>) {
+        let mut w = store.write(index);
+        w.put(&PutRequest {
+            key: key.as_bytes().to_vec().into(),
+            value: value.into(),
+            ..Default::default()
+        })
+        .unwrap();
+        w.end();
+    }
+
+    #[test]
+    fn defrag_returns_space_and_keeps_every_key_and_later_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let store = Store::open(&path).unwrap();
+        let mut index = 0;
+        for i in 0..400 {
+            index += 1;
+            put(&store, index, &format!("k{i:03}"), vec![7; 10_000]);
+        }
+        store.commit(true).unwrap();
+        index += 1;
+        let mut w = store.write(index);
+        w.delete_range(&DeleteRangeRequest {
+            key: b"k1".to_vec().into(),
+            range_end: b"k4".to_vec().into(),
+            ..Default::default()
+        })
+        .unwrap();
+        w.end();
+        index += 1;
+        store.compact(store.current_revision(), index).unwrap();
+        store.commit(true).unwrap();
+        let before = store.range(&RangeRequest {
+            key: vec![0].into(),
+            range_end: vec![0].into(),
+            ..Default::default()
+        });
+
+        let stats = store.defragment().unwrap();
+        assert!(
+            stats.size_after < stats.size_before / 2,
+            "{stats:?}: the space of 300 deleted 10 KB values comes back"
+        );
+        let after = store.range(&RangeRequest {
+            key: vec![0].into(),
+            range_end: vec![0].into(),
+            ..Default::default()
+        });
+        assert_eq!(before, after);
+        assert!(!dir.path().join("db.defrag.tmp").exists());
+
+        index += 1;
+        put(&store, index, "later", vec![1]);
+        store.commit(true).unwrap();
+        let revision = store.current_revision();
+        drop(store);
+        let reopened = Store::open(&path).unwrap();
+        assert_eq!(reopened.current_revision(), revision);
+        assert_eq!(reopened.consistent_index(), index);
+        let all = reopened
+            .range(&RangeRequest {
+                key: vec![0].into(),
+                range_end: vec![0].into(),
+                count_only: true,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(all.count, 101);
+    }
+
+    #[test]
+    fn writes_applied_during_a_defrag_are_readable_and_committed_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(Store::open(&dir.path().join("db")).unwrap());
+        for i in 0..200u64 {
+            put(&store, i + 1, &format!("k{i:03}"), vec![3; 5_000]);
+        }
+        store.commit(true).unwrap();
+        let writer = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for i in 0..2_000u64 {
+                    put(&store, 201 + i, &format!("w{i:04}"), vec![5; 100]);
+                    let got = store
+                        .range(&RangeRequest {
+                            key: format!("w{i:04}").into_bytes().into(),
+                            ..Default::default()
+                        })
+                        .unwrap();
+                    assert_eq!(got.count, 1);
+                    match store.commit(false) {
+                        Ok(()) | Err(crate::MvccError::Deferred) => {}
+                        Err(e) => panic!("commit failed: {e}"),
+                    }
+                }
+            })
+        };
+        for _ in 0..3 {
+            store.defragment().unwrap();
+        }
+        writer.join().unwrap();
+        store.commit(true).unwrap();
+        assert_eq!(store.consistent_index(), 2_200);
+        let path = dir.path().join("db");
+        drop(std::sync::Arc::try_unwrap(store).ok().unwrap());
+        let reopened = Store::open(&path).unwrap();
+        let all = reopened
+            .range(&RangeRequest {
+                key: vec![0].into(),
+                range_end: vec![0].into(),
+                count_only: true,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(all.count, 2_200);
+    }
+}

@@ -1,0 +1,147 @@
+//! oxctl: offline tools for oxcd data dirs and snapshot files, the role of
+//! etcd's `etcdutl` (same subcommands, flags, defaults, output formats and
+//! error lines).
+//!
+//! * `oxctl snapshot status FILE [-w simple|table|json|fields]`
+//! * `oxctl snapshot restore FILE --name N --data-dir D --initial-cluster ...
+//!   --initial-cluster-token T --initial-advertise-peer-urls U [--skip-hash-check]`
+//!
+//! It never talks to a running member: `etcdctl snapshot save` (or any
+//! client of Maintenance.Snapshot) makes the file. What a snapshot file
+//! holds is fixed in [`mvcc::snapshot_file`]; what restore writes is in
+//! [`snapshot::restore`].
+
+pub mod snapshot;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Bad arguments, or --help: clap's own message.
+    #[error("{0}")]
+    Usage(#[from] clap::Error),
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<mvcc::snapshot_file::SnapshotFileError> for CliError {
+    fn from(e: mvcc::snapshot_file::SnapshotFileError) -> Self {
+        CliError::Failed(e.to_string())
+    }
+}
+
+impl From<std::io::Error> for CliError {
+    fn from(e: std::io::Error) -> Self {
+        CliError::Failed(e.to_string())
+    }
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "oxctl",
+    about = "A simple command line client for oxcd data (etcdutl's offline commands)."
+)]
+struct Cli {
+    /// Set the output format (fields, json, simple, table).
+    #[arg(
+        short = 'w',
+        long = "write-out",
+        global = true,
+        default_value = "simple"
+    )]
+    write_out: OutputFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Simple,
+    Table,
+    Json,
+    Fields,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Manages oxcd node snapshots.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum SnapshotCommand {
+    /// Gets backend snapshot status of a given file.
+    Status { filename: PathBuf },
+    /// Restores an oxcd member snapshot to an oxcd directory.
+    Restore {
+        filename: PathBuf,
+        /// Path to the data directory (default "${name}.oxcd").
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Human-readable name for this member.
+        #[arg(long, default_value = "default")]
+        name: String,
+        /// Initial cluster configuration for restore bootstrap.
+        #[arg(long, default_value = "default=http://localhost:2380")]
+        initial_cluster: String,
+        /// Initial cluster token for the cluster during restore bootstrap.
+        #[arg(long, default_value = "etcd-cluster")]
+        initial_cluster_token: String,
+        /// List of this member's peer URLs to advertise to the rest of the cluster.
+        #[arg(long, default_value = "http://localhost:2380")]
+        initial_advertise_peer_urls: String,
+        /// Ignore snapshot integrity hash value (required if copied from data directory).
+        #[arg(long)]
+        skip_hash_check: bool,
+    },
+}
+
+/// Runs one oxctl command line (`args[0]` is the program name), writing
+/// its output to `out`; logs go to stderr as etcdutl's do.
+pub fn run<I, T>(args: I, out: &mut dyn Write) -> Result<(), CliError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = Cli::try_parse_from(args)?;
+    match cli.command {
+        Command::Snapshot(SnapshotCommand::Status { filename }) => {
+            let status = snapshot::status(&filename)?;
+            out.write_all(snapshot::format_status(&status, cli.write_out).as_bytes())?;
+        }
+        Command::Snapshot(SnapshotCommand::Restore {
+            filename,
+            data_dir,
+            name,
+            initial_cluster,
+            initial_cluster_token,
+            initial_advertise_peer_urls,
+            skip_hash_check,
+        }) => {
+            let data_dir = data_dir.unwrap_or_else(|| PathBuf::from(format!("{name}.oxcd")));
+            snapshot::restore(&snapshot::RestoreConfig {
+                snapshot_path: filename,
+                name,
+                data_dir,
+                peer_urls: split_urls(&initial_advertise_peer_urls),
+                initial_cluster,
+                initial_cluster_token,
+                skip_hash_check,
+            })?;
+        }
+    }
+    Ok(())
+}
+
+fn split_urls(urls: &str) -> Vec<String> {
+    urls.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_string)
+        .collect()
+}

@@ -1,0 +1,217 @@
+//! Alarms (etcd's etcdserver/api/v3alarm) and the space quota
+//! (etcdserver/quota.go): which members raised NOSPACE or CORRUPT, kept in
+//! the backend's `alarm` table and changed only by applied raft entries;
+//! and what the apply loop refuses while one is raised.
+//!
+//! * NOSPACE: writes that grow the database (puts, txns with a put, lease
+//!   grants) fail with "etcdserver: mvcc: database space exceeded"; reads,
+//!   deletes, compaction and lease revocation still work, so the documented
+//!   recovery (compact, defrag, disarm) can run.
+//! * CORRUPT: every write fails with "etcdserver: corrupt cluster".
+
+use std::collections::BTreeSet;
+
+use api::etcdserverpb::{request_op, AlarmMember, AlarmType, PutRequest, TxnRequest};
+use parking_lot::Mutex;
+use prost::Message;
+
+/// etcd's estimate of a lease's storage cost (quota.go leaseOverhead).
+const LEASE_OVERHEAD: i64 = 64;
+/// etcd's estimate of a key's metadata cost (quota.go kvOverhead).
+const KV_OVERHEAD: i64 = 256;
+/// etcd caps the quota here and warns (MaxQuotaBytes: 8 GiB).
+pub const MAX_QUOTA_BYTES: i64 = 8 * 1024 * 1024 * 1024;
+
+/// The apply-side restriction the raised alarms impose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Restriction {
+    None,
+    /// NOSPACE: no write that grows the database.
+    Capped,
+    /// CORRUPT: no write at all.
+    Corrupt,
+}
+
+#[derive(Default)]
+pub struct Alarms {
+    /// (member ID, alarm type).
+    raised: Mutex<BTreeSet<(u64, i32)>>,
+}
+
+/// The side-table key of an alarm: the member's low 56 bits and the type.
+/// The record holds the full AlarmMember, so the key only has to be unique
+/// among the few alarms a cluster has.
+pub fn record_key(member: u64, alarm: i32) -> u64 {
+    (member & 0x00ff_ffff_ffff_ffff) | ((alarm as u64 & 0xff) << 56)
+}
+
+pub fn encode(member: u64, alarm: i32) -> Vec<u8> {
+    AlarmMember {
+        member_id: member,
+        alarm,
+    }
+    .encode_to_vec()
+}
+
+impl Alarms {
+    /// Replaces every alarm with the backend's records.
+    pub fn recover(&self, records: impl IntoIterator<Item = Vec<u8>>) {
+        let mut raised = self.raised.lock();
+        raised.clear();
+        for record in records {
+            match AlarmMember::decode(&record[..]) {
+                Ok(m) => {
+                    raised.insert((m.member_id, m.alarm));
+                }
+                Err(e) => tracing::error!(error = %e, "cannot decode an alarm record; skipping it"),
+            }
+        }
+    }
+
+    /// Raises an alarm; Some(the alarm) if it was not raised yet.
+    pub fn activate(&self, member: u64, alarm: i32) -> Option<AlarmMember> {
+        if alarm == AlarmType::None as i32 {
+            return None;
+        }
+        self.raised
+            .lock()
+            .insert((member, alarm))
+            .then_some(AlarmMember {
+                member_id: member,
+                alarm,
+            })
+    }
+
+    /// Clears an alarm; Some(the alarm) if it was raised.
+    pub fn deactivate(&self, member: u64, alarm: i32) -> Option<AlarmMember> {
+        self.raised
+            .lock()
+            .remove(&(member, alarm))
+            .then_some(AlarmMember {
+                member_id: member,
+                alarm,
+            })
+    }
+
+    /// The raised alarms of a type (NONE: all), by member.
+    pub fn get(&self, alarm: i32) -> Vec<AlarmMember> {
+        self.raised
+            .lock()
+            .iter()
+            .filter(|(_, a)| alarm == AlarmType::None as i32 || *a == alarm)
+            .map(|(member, a)| AlarmMember {
+                member_id: *member,
+                alarm: *a,
+            })
+            .collect()
+    }
+
+    pub fn restriction(&self) -> Restriction {
+        let raised = self.raised.lock();
+        if raised.iter().any(|(_, a)| *a == AlarmType::Corrupt as i32) {
+            Restriction::Corrupt
+        } else if raised.iter().any(|(_, a)| *a == AlarmType::Nospace as i32) {
+            Restriction::Capped
+        } else {
+            Restriction::None
+        }
+    }
+}
+
+/// etcd's AlarmMember String(): `memberID:N alarm:NAME ` (as in Status errors).
+pub fn describe(m: &AlarmMember) -> String {
+    let name = AlarmType::try_from(m.alarm)
+        .map(|a| a.as_str_name().to_string())
+        .unwrap_or_else(|_| m.alarm.to_string());
+    format!("memberID:{} alarm:{} ", m.member_id, name)
+}
+
+/// The bytes a put may add to the database (etcd's costPut).
+pub fn cost_put(req: &PutRequest) -> i64 {
+    let kv = api::mvccpb::KeyValue {
+        key: req.key.clone(),
+        value: req.value.clone(),
+        lease: req.lease,
+        ..Default::default()
+    };
+    let mut cost = kv.encoded_len() as i64 + KV_OVERHEAD;
+    if req.lease != 0 {
+        // The lease's key set grows too.
+        cost += LEASE_OVERHEAD;
+    }
+    cost
+}
+
+/// The larger of a txn's branches' put costs (etcd's costTxn; nested txns
+/// cost nothing there either).
+pub fn cost_txn(req: &TxnRequest) -> i64 {
+    let branch = |ops: &[api::etcdserverpb::RequestOp]| -> i64 {
+        ops.iter()
+            .map(|op| match &op.request {
+                Some(request_op::Request::RequestPut(put)) => cost_put(put),
+                _ => 0,
+            })
+            .sum()
+    };
+    branch(&req.success).max(branch(&req.failure))
+}
+
+pub fn cost_lease_grant() -> i64 {
+    LEASE_OVERHEAD
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nospace_caps_and_corrupt_wins() {
+        let alarms = Alarms::default();
+        assert_eq!(alarms.restriction(), Restriction::None);
+        assert!(alarms.activate(1, AlarmType::Nospace as i32).is_some());
+        assert!(alarms.activate(1, AlarmType::Nospace as i32).is_none());
+        assert!(alarms.activate(1, AlarmType::None as i32).is_none());
+        assert_eq!(alarms.restriction(), Restriction::Capped);
+        alarms.activate(2, AlarmType::Corrupt as i32);
+        assert_eq!(alarms.restriction(), Restriction::Corrupt);
+        assert_eq!(alarms.get(AlarmType::None as i32).len(), 2);
+        assert_eq!(alarms.get(AlarmType::Nospace as i32).len(), 1);
+        alarms.deactivate(2, AlarmType::Corrupt as i32);
+        alarms.deactivate(1, AlarmType::Nospace as i32);
+        assert_eq!(alarms.restriction(), Restriction::None);
+    }
+
+    #[test]
+    fn recovered_alarms_match_their_records() {
+        let alarms = Alarms::default();
+        alarms.recover(vec![encode(u64::MAX, AlarmType::Nospace as i32)]);
+        assert_eq!(
+            alarms.get(AlarmType::None as i32),
+            vec![AlarmMember {
+                member_id: u64::MAX,
+                alarm: AlarmType::Nospace as i32
+            }]
+        );
+        assert_ne!(
+            record_key(7, AlarmType::Nospace as i32),
+            record_key(7, AlarmType::Corrupt as i32)
+        );
+    }
+
+    #[test]
+    fn only_puts_cost_space() {
+        let put = PutRequest {
+            key: "k".into(),
+            value: vec![0; 100].into(),
+            ..Default::default()
+        };
+        assert!(cost_put(&put) > 100);
+        let txn = TxnRequest {
+            success: vec![api::etcdserverpb::RequestOp {
+                request: Some(request_op::Request::RequestDeleteRange(Default::default())),
+            }],
+            ..Default::default()
+        };
+        assert_eq!(cost_txn(&txn), 0);
+    }
+}

@@ -424,3 +424,38 @@ fn gateway_answers_match_etcd_3_4() {
         mismatches.join("\n")
     );
 }
+
+#[test]
+fn health_reports_an_active_alarm_unless_excluded() {
+    let dir = tempfile::tempdir().unwrap();
+    let oxcd = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
+    let endpoint = oxcd.endpoint.clone();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let alarm = |action| {
+        runtime.block_on(async {
+            let mut client = etcd_client::Client::connect([endpoint.as_str()], None)
+                .await
+                .unwrap();
+            let member = client.status().await.unwrap().header().unwrap().member_id();
+            let mut options = etcd_client::AlarmOptions::new();
+            options.with_member(member);
+            client
+                .alarm(action, etcd_client::AlarmType::Nospace, Some(options))
+                .await
+                .unwrap();
+        })
+    };
+    alarm(etcd_client::AlarmAction::Activate);
+
+    let unhealthy = http::get(&endpoint, "/health").unwrap();
+    assert_eq!(unhealthy.status, 503);
+    assert_eq!(
+        unhealthy.body,
+        "{\"health\":\"false\",\"reason\":\"ALARM NOSPACE\"}\n"
+    );
+    let excluded = http::get(&endpoint, "/health?exclude=NOSPACE").unwrap();
+    assert_eq!(excluded.status, 200, "{}", excluded.body);
+
+    alarm(etcd_client::AlarmAction::Deactivate);
+    assert_eq!(http::get(&endpoint, "/health").unwrap().status, 200);
+}

@@ -112,6 +112,9 @@ pub struct StartOptions {
     /// [`SNAPSHOT_CATCH_UP_ENTRIES`]. A follower further behind gets the
     /// backend as a snapshot.
     pub snapshot_catch_up_entries: u64,
+    /// Told how long each WAL fdatasync took (the server's
+    /// etcd_disk_wal_fsync_duration_seconds); this crate knows no metrics.
+    pub wal_sync_observer: Option<wal::SyncObserver>,
 }
 
 /// Committed entries (normal and conf change, including raft's empty entries

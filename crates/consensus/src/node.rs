@@ -120,6 +120,10 @@ impl Node {
             };
             (Wal::create(&wal_dir, metadata, options.wal.clone())?, None)
         };
+        let mut wal = wal;
+        if let Some(observer) = &options.wal_sync_observer {
+            wal.set_sync_observer(observer.clone());
+        }
         let metadata = wal.metadata().clone();
         if metadata.node_id != cfg.id {
             return Err(ConsensusError::Config(format!(

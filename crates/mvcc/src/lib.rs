@@ -109,7 +109,7 @@ mod watch_sync;
 pub use backend::{scan_key_value, KeyValueFields, SideTable};
 pub use defrag::DefragStats;
 pub use revision::{Revision, RevisionKey};
-pub use store::{LeaseLookup, Store};
+pub use store::{CommitObserver, LeaseLookup, Store};
 pub use txn::{is_txn_read_only, TxnWrite, WriteResult};
 pub use watch::{
     WatchError, WatchId, WatchOptions, WatchResponse, WatchStream, AUTO_WATCH_ID, INVALID_WATCH_ID,

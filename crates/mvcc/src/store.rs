@@ -69,6 +69,8 @@ pub struct Store {
     pub(crate) lease_lookup: RwLock<Option<LeaseLookup>>,
     /// Watchers, notified by `TxnWrite::end` (see [`crate::watch`]).
     pub(crate) watch: crate::watch::WatchHub,
+    /// Told how long each backend commit took (metrics live above mvcc).
+    commit_observer: std::sync::OnceLock<CommitObserver>,
     /// Set while a defragmentation copies the file: commits are deferred.
     pub(crate) defragmenting: AtomicBool,
     /// Serializes defragmentation with backups and snapshot installs.
@@ -76,6 +78,11 @@ pub struct Store {
     /// Leased live keys found by the last load, until the lessor takes them.
     pub(crate) loaded_leased_keys: Mutex<Vec<(Bytes, i64)>>,
 }
+
+/// Receives the duration of every backend commit that wrote something
+/// (etcd's etcd_disk_backend_commit_duration_seconds). Called by the
+/// committing thread: it must be cheap and must not block.
+pub type CommitObserver = std::sync::Arc<dyn Fn(std::time::Duration) + Send + Sync>;
 
 /// The lessor's answer to "does lease N exist?".
 pub type LeaseLookup = std::sync::Arc<dyn Fn(i64) -> bool + Send + Sync>;
@@ -106,6 +113,7 @@ impl Store {
             consistent_index: AtomicU64::new(loaded.consistent_index),
             durable_consistent_index: AtomicU64::new(loaded.consistent_index),
             size_in_use: AtomicI64::new(size),
+            commit_observer: std::sync::OnceLock::new(),
             lease_lookup: RwLock::new(None),
             loaded_leased_keys: Mutex::new(loaded.leased_keys),
             events_prev_kv: AtomicBool::new(true),
@@ -336,6 +344,7 @@ impl Store {
         if nothing_pending && (!durable || self.durable_consistent_index() == consistent_index) {
             return Ok(());
         }
+        let started = std::time::Instant::now();
         let in_use = backend::commit_batch(
             &self.db(),
             &Batch {
@@ -347,6 +356,9 @@ impl Store {
                 durable,
             },
         )?;
+        if let Some(observer) = self.commit_observer.get() {
+            observer(started.elapsed());
+        }
         // Overlay entries go only after redb has them (see the crate doc).
         let mut pending = RwLockUpgradableReadGuard::upgrade(pending);
         pending.records.clear();
@@ -361,6 +373,12 @@ impl Store {
                 .store(consistent_index, Ordering::Release);
         }
         Ok(())
+    }
+
+    /// Reports the duration of each later commit to `observer`; only the
+    /// first observer set is kept.
+    pub fn set_commit_observer(&self, observer: CommitObserver) {
+        let _ = self.commit_observer.set(observer);
     }
 
     /// Operations applied but not committed (records plus compaction deletions).

@@ -36,6 +36,12 @@ struct Flags {
         default_value = "http://localhost:2379"
     )]
     advertise_client_urls: String,
+    /// List of additional URLs to listen on that will respond to both the /metrics and /health endpoints.
+    #[arg(long, env = "ETCD_LISTEN_METRICS_URLS", default_value = "")]
+    listen_metrics_urls: String,
+    /// Set level of detail for exported metrics, specify 'extensive' to include server side grpc histogram metrics.
+    #[arg(long, env = "ETCD_METRICS", default_value = "basic")]
+    metrics: String,
     /// List of URLs to listen on for peer traffic.
     #[arg(
         long,
@@ -218,6 +224,12 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
             flags.initial_cluster_state
         ));
     }
+    if flags.metrics != "basic" && flags.metrics != "extensive" {
+        return Err(format!(
+            "unknown metrics option {:?} (only 'basic' and 'extensive' are supported)",
+            flags.metrics
+        ));
+    }
     let auto_compaction = server::compactor::parse(
         &flags.auto_compaction_mode,
         &flags.auto_compaction_retention,
@@ -262,6 +274,7 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
             Some(flags.max_concurrent_streams)
         },
         watch_progress_notify_interval: flags.experimental_watch_progress_notify_interval,
+        listen_metrics_urls: split_urls(&flags.listen_metrics_urls),
         lease_checkpoint_interval: (flags.experimental_enable_lease_checkpoint
             || flags.experimental_enable_lease_checkpoint_persist)
             .then_some(flags.experimental_lease_checkpoint_interval)

@@ -35,6 +35,9 @@ pub struct ServerConfig {
     /// with the current revision (etcd's
     /// --experimental-watch-progress-notify-interval; 0 disables).
     pub watch_progress_notify_interval: Duration,
+    /// Extra listeners serving only /metrics and /health (etcd's
+    /// --listen-metrics-urls).
+    pub listen_metrics_urls: Vec<String>,
     /// How often the leader checkpoints remaining lease TTLs through raft
     /// (etcd's --experimental-lease-checkpoint-interval, used when
     /// --experimental-enable-lease-checkpoint is set); None: no checkpoints.
@@ -88,6 +91,7 @@ impl Default for ServerConfig {
             max_concurrent_streams: None,
             snapshot_catch_up_entries: 5000,
             watch_progress_notify_interval: Duration::from_secs(10 * 60),
+            listen_metrics_urls: Vec::new(),
             lease_checkpoint_interval: None,
             auto_compaction: None,
             auto_compaction_revision_interval: crate::compactor::REVISION_CHECK_INTERVAL,

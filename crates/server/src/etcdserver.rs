@@ -19,6 +19,7 @@ use crate::config::ServerConfig;
 use crate::errors;
 use crate::lease::Lessor;
 use crate::membership::{ClusterMembers, Member};
+use crate::metrics::Metrics;
 use crate::peers::PeerChannels;
 use crate::wait::Wait;
 
@@ -41,6 +42,7 @@ pub struct EtcdServer {
     pub(crate) wait: Arc<Wait<ApplyOutcome>>,
     pub(crate) applied: watch::Receiver<u64>,
     request_ids: RequestIdGenerator,
+    pub metrics: Arc<Metrics>,
     pub lessor: Arc<Lessor>,
     pub alarms: Arc<Alarms>,
     pub(crate) peer_channels: PeerChannels,
@@ -59,6 +61,7 @@ impl EtcdServer {
         cluster_id: u64,
         wait: Arc<Wait<ApplyOutcome>>,
         applied: watch::Receiver<u64>,
+        metrics: Arc<Metrics>,
         lessor: Arc<Lessor>,
         alarms: Arc<Alarms>,
         me: Weak<EtcdServer>,
@@ -74,6 +77,7 @@ impl EtcdServer {
             wait,
             applied,
             request_ids,
+            metrics,
             lessor,
             alarms,
             peer_channels: PeerChannels::default(),
@@ -106,7 +110,20 @@ impl EtcdServer {
 
     /// Proposes one request through raft and waits until this member has
     /// applied it (etcd's processInternalRaftRequestOnce).
-    pub async fn propose(
+    pub async fn propose(&self, request: InternalRaftRequest) -> Result<ApplyResponse, EtcdError> {
+        // A guard: a caller that goes away mid-proposal drops this future.
+        struct Pending<'a>(&'a prometheus::IntGauge);
+        impl Drop for Pending<'_> {
+            fn drop(&mut self) {
+                self.0.dec();
+            }
+        }
+        self.metrics.proposals_pending.inc();
+        let _pending = Pending(&self.metrics.proposals_pending);
+        self.propose_once(request).await
+    }
+
+    async fn propose_once(
         &self,
         mut request: InternalRaftRequest,
     ) -> Result<ApplyResponse, EtcdError> {
@@ -131,14 +148,19 @@ impl EtcdServer {
             .await
         {
             self.wait.cancel(id);
+            self.metrics.proposals_failed.inc();
             return Err(e);
         }
         match tokio::time::timeout_at(deadline, applied).await {
             Ok(Ok(outcome)) => outcome,
             // The apply side dropped the waiter: the member is stopping.
-            Ok(Err(_)) => Err(rpctypes::STOPPED),
+            Ok(Err(_)) => {
+                self.metrics.proposals_failed.inc();
+                Err(rpctypes::STOPPED)
+            }
             Err(_) => {
                 self.wait.cancel(id);
+                self.metrics.proposals_failed.inc();
                 Err(rpctypes::TIMEOUT)
             }
         }

@@ -27,8 +27,11 @@ use crate::alarms::Alarms;
 use crate::apply::Applier;
 use crate::config::{ServerConfig, GRPC_OVERHEAD_BYTES};
 use crate::etcdserver::EtcdServer;
+use crate::gateway::Gateway;
 use crate::lease::{self, Lessor};
 use crate::membership::{self, ClusterMembers, Member as MemberInfo};
+use crate::metrics::grpc::GrpcMetricsLayer;
+use crate::metrics::Metrics;
 use crate::snapshot::BackendSnapshots;
 use crate::v3rpc::cluster::ClusterService;
 use crate::v3rpc::concurrency::LocalClient;
@@ -345,6 +348,12 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         .iter()
         .map(|u| parse_url(u))
         .collect::<Result<_, _>>()?;
+    let metrics_addrs: Vec<SocketAddr> = cfg
+        .listen_metrics_urls
+        .iter()
+        .map(|u| parse_url(u))
+        .collect::<Result<_, _>>()?;
+    let metrics = Arc::new(Metrics::new(member.id));
 
     let existed = identity.restarted;
     prepare_data_dir(&cfg)?;
@@ -364,6 +373,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
             .map_err(|e| StartError::Config(format!("backend open task failed: {e}")))??
     };
     let store = Arc::new(store);
+    store.set_commit_observer(metrics.backend_commit_observer());
     let lessor = Arc::new(Lessor::new(
         lease::min_lease_ttl(cfg.heartbeat, cfg.election_timeout),
         cfg.lease_checkpoint_interval,
@@ -411,6 +421,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     };
     let options = consensus::StartOptions {
         snapshot_catch_up_entries: cfg.snapshot_catch_up_entries,
+        wal_sync_observer: Some(metrics.wal_sync_observer()),
         ..Default::default()
     };
     let (raft, committed) = consensus::start_with_options(raft_cfg, transport, options)?;
@@ -444,6 +455,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
             cluster_id,
             wait,
             applied_rx,
+            metrics,
             lessor,
             alarms,
             me.clone(),
@@ -516,6 +528,24 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
             shutdown_rx.clone(),
         )));
         tracing::warn!(address = %local, "serving client traffic insecurely; this is strongly discouraged!");
+    }
+    for (url, addr) in cfg.listen_metrics_urls.iter().zip(metrics_addrs) {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|error| StartError::Listen {
+                url: url.clone(),
+                error,
+            })?;
+        let local = listener.local_addr().map_err(|error| StartError::Listen {
+            url: url.clone(),
+            error,
+        })?;
+        serving.push(tokio::spawn(serve_metrics(
+            server.clone(),
+            listener,
+            shutdown_rx.clone(),
+        )));
+        tracing::info!(address = %local, "serving metrics");
     }
     tokio::spawn(announce_when_ready(server.clone()));
     serving.push(tokio::spawn(lease::driver::run_primacy(
@@ -599,16 +629,7 @@ async fn serve_clients(
     let lock = LockServer::new(LockService::new(own_client))
         .max_decoding_message_size(max_request)
         .max_encoding_message_size(usize::MAX);
-    // Without TCP_NODELAY small responses wait for delayed ACKs (~40 ms).
-    // tonic's own nodelay setting applies only to listeners it binds.
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    let result = tonic::transport::Server::builder()
-        .max_concurrent_streams(server.cfg.max_concurrent_streams)
-        .http2_keepalive_interval(Some(Duration::from_secs(2 * 60 * 60)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-        .layer(tower::util::MapResponseLayer::new(
-            crate::grpc_compat::rewrite_oversized_request,
-        ))
+    let grpc = tonic::service::Routes::builder()
         .add_service(kv)
         .add_service(maintenance)
         .add_service(cluster)
@@ -616,12 +637,58 @@ async fn serve_clients(
         .add_service(lease)
         .add_service(election)
         .add_service(lock)
+        .clone()
+        .routes();
+    let gateway = Arc::new(Gateway::new(
+        server.clone(),
+        WatchService::new(server.clone(), shutdown.clone()),
+        LeaseService::new(server.clone(), shutdown.clone()),
+    ));
+    let routes = crate::http::with_fallback(
+        grpc.into_axum_router()
+            .merge(crate::http::client_router(server.clone(), gateway)),
+    );
+    // Without TCP_NODELAY small responses wait for delayed ACKs (~40 ms).
+    // tonic's own nodelay setting applies only to listeners it binds.
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    // HTTP/1.1 too (hyper's auto connection builder tells the two apart by
+    // the HTTP/2 preface), for curl and the gateway's clients.
+    let result = tonic::transport::Server::builder()
+        .accept_http1(true)
+        .max_concurrent_streams(server.cfg.max_concurrent_streams)
+        .http2_keepalive_interval(Some(Duration::from_secs(2 * 60 * 60)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .layer(GrpcMetricsLayer::new(server.metrics.grpc.clone()))
+        .layer(tower::util::MapResponseLayer::new(
+            crate::grpc_compat::rewrite_oversized_request,
+        ))
+        .add_routes(tonic::service::Routes::from(routes))
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
         })
         .await;
     if let Err(e) = result {
         tracing::error!(error = %e, "client listener stopped");
+    }
+}
+
+/// `--listen-metrics-urls`: /metrics and /health over HTTP/1.1 or HTTP/2.
+async fn serve_metrics(
+    server: Arc<EtcdServer>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let routes = crate::http::with_fallback(crate::http::metrics_router(server));
+    let result = tonic::transport::Server::builder()
+        .accept_http1(true)
+        .add_routes(tonic::service::Routes::from(routes))
+        .serve_with_incoming_shutdown(incoming, async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        })
+        .await;
+    if let Err(e) = result {
+        tracing::error!(error = %e, "metrics listener stopped");
     }
 }
 

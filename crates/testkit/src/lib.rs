@@ -6,6 +6,7 @@
 //! member's "serving client traffic" log line, so parallel tests never race
 //! for ports.
 
+pub mod http;
 pub mod netns;
 
 use std::io::{BufRead, BufReader};

@@ -181,6 +181,18 @@ struct Segment {
     path: PathBuf,
 }
 
+/// Receives the duration of every fdatasync that makes appended records
+/// durable (metrics live above this crate). Called on the raft thread right
+/// after the sync: it must be cheap and must not block.
+#[derive(Clone)]
+pub struct SyncObserver(pub std::sync::Arc<dyn Fn(std::time::Duration) + Send + Sync>);
+
+impl std::fmt::Debug for SyncObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SyncObserver")
+    }
+}
+
 /// An open WAL, appending to its last segment.
 pub struct Wal {
     dir: PathBuf,
@@ -198,6 +210,7 @@ pub struct Wal {
     hard_state: HardState,
     snapshot: SnapshotMarker,
     sync_count: u64,
+    sync_observer: Option<SyncObserver>,
 }
 
 fn segment_name(seq: u64, first_index: u64) -> String {
@@ -272,6 +285,7 @@ impl Wal {
             hard_state,
             snapshot,
             sync_count: 0,
+            sync_observer: None,
         })
     }
 
@@ -376,6 +390,7 @@ impl Wal {
             hard_state: reader.hard_state,
             snapshot,
             sync_count: 0,
+            sync_observer: None,
         };
         Ok((wal, contents))
     }
@@ -441,7 +456,11 @@ impl Wal {
         if !sync {
             return Ok(());
         }
+        let started = std::time::Instant::now();
         self.active.sync_data().map_err(io_err(&path))?;
+        if let Some(observer) = &self.sync_observer {
+            (observer.0)(started.elapsed());
+        }
         self.sync_count += 1;
         if self.active_len >= self.options.segment_bytes {
             self.cut()?;
@@ -506,6 +525,11 @@ impl Wal {
 
     pub fn metadata(&self) -> &Metadata {
         &self.metadata
+    }
+
+    /// Reports the duration of each later append fdatasync to `observer`.
+    pub fn set_sync_observer(&mut self, observer: SyncObserver) {
+        self.sync_observer = Some(observer);
     }
 
     /// Number of fdatasync calls made by [`Wal::sync`] since open.

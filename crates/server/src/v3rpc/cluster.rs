@@ -69,7 +69,8 @@ impl Cluster for ClusterService {
                 is_learner: m.is_learner,
             })
             .collect();
-        let header = self.server.header(self.server.store.current_revision());
+        // etcd's cluster server header carries no revision.
+        let header = self.server.header(0);
         Ok(Response::new(MemberListResponse {
             header: Some(header),
             members,

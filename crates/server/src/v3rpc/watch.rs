@@ -19,7 +19,7 @@ use api::etcdserverpb::{
 };
 use api::mvccpb::event::EventType;
 use api::rpctypes;
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use mvcc::{WatchOptions, WatchStream, INVALID_WATCH_ID};
 use prost::Message;
 use tokio::sync::{mpsc, watch, Notify};
@@ -52,7 +52,7 @@ impl WatchService {
     }
 }
 
-type ResponseStream = Pin<Box<dyn Stream<Item = Result<WatchResponse, Status>> + Send>>;
+pub type ResponseStream = Pin<Box<dyn Stream<Item = Result<WatchResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl Watch for WatchService {
@@ -70,6 +70,19 @@ impl Watch for WatchService {
         if require_leader && !self.server.has_leader() {
             return Err(rpctypes::NO_LEADER.status());
         }
+        Ok(Response::new(
+            self.open(request.into_inner(), require_leader),
+        ))
+    }
+}
+
+impl WatchService {
+    /// Serves one watch stream fed by `inbound` (gRPC's, or the JSON
+    /// gateway's decoded requests).
+    pub fn open<S>(&self, inbound: S, require_leader: bool) -> ResponseStream
+    where
+        S: Stream<Item = Result<WatchRequest, Status>> + Unpin + Send + 'static,
+    {
         let (outbound, rx) = mpsc::channel(OUTBOUND_BUFFER);
         let session = Session::new(
             self.server.clone(),
@@ -77,8 +90,8 @@ impl Watch for WatchService {
             require_leader,
             self.shutdown.clone(),
         );
-        tokio::spawn(session.run(request.into_inner()));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        tokio::spawn(session.run(inbound));
+        Box::pin(ReceiverStream::new(rx))
     }
 }
 
@@ -120,11 +133,17 @@ impl Session {
         }
     }
 
-    async fn run(self, mut inbound: Streaming<WatchRequest>) {
+    async fn run<S>(self, mut inbound: S)
+    where
+        S: Stream<Item = Result<WatchRequest, Status>> + Unpin,
+    {
         let _ = self.serve(&mut inbound).await;
     }
 
-    async fn serve(&self, inbound: &mut Streaming<WatchRequest>) -> Result<(), End> {
+    async fn serve<S>(&self, inbound: &mut S) -> Result<(), End>
+    where
+        S: Stream<Item = Result<WatchRequest, Status>> + Unpin,
+    {
         let mut shutdown = self.shutdown.clone();
         let mut progress = progress_ticker(self.server.cfg.watch_progress_notify_interval);
         let mut leader_check = tokio::time::interval(self.server.cfg.election_timeout);
@@ -137,12 +156,12 @@ impl Session {
             }
             tokio::select! {
                 _ = self.ready.notified() => {}
-                request = inbound.message(), if reading => match request {
-                    Ok(Some(request)) => self.handle(request),
+                request = inbound.next(), if reading => match request {
+                    Some(Ok(request)) => self.handle(request),
                     // Half-closed: events still flow until the client leaves
                     // (etcd keeps the stream until its context ends).
-                    Ok(None) => reading = false,
-                    Err(_) => return Err(End::Gone),
+                    None => reading = false,
+                    Some(Err(_)) => return Err(End::Gone),
                 },
                 _ = self.outbound.closed() => return Err(End::Gone),
                 _ = async { drop(shutdown.wait_for(|stop| *stop).await) } => {

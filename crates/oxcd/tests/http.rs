@@ -1,0 +1,461 @@
+//! Plain HTTP on the client port next to gRPC, as etcd serves it: /health,
+//! /version, /metrics (also on --listen-metrics-urls) and the JSON gateway,
+//! whose answers are compared with etcd 3.4.23's for the same requests.
+
+use std::time::{Duration, Instant};
+
+use regex::Regex;
+use serde_json::Value;
+use testkit::http::{self, LineStream};
+use testkit::{Cluster, Process};
+
+/// Elections here: 100 ms heartbeats, 1 s election timeout (etcd's defaults).
+const ELECTION_DEADLINE: Duration = Duration::from_secs(15);
+/// Polling interval while waiting for a condition (never a settle time).
+const POLL: Duration = Duration::from_millis(50);
+
+fn metrics(endpoint: &str) -> String {
+    let response = http::get(endpoint, "/metrics").expect("GET /metrics");
+    assert_eq!(response.status, 200, "{}", response.body);
+    response.body
+}
+
+/// The value of the sample `series` (name plus labels, exactly as printed).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+const REQUIRED_METRICS: &[&str] = &[
+    "etcd_disk_wal_fsync_duration_seconds",
+    "etcd_disk_backend_commit_duration_seconds",
+    "etcd_server_has_leader",
+    "etcd_server_is_leader",
+    "etcd_server_leader_changes_seen_total",
+    "etcd_server_proposals_committed_total",
+    "etcd_server_proposals_applied_total",
+    "etcd_server_proposals_pending",
+    "etcd_server_proposals_failed_total",
+    "etcd_mvcc_db_total_size_in_bytes",
+    "etcd_mvcc_db_total_size_in_use_in_bytes",
+    "etcd_debugging_mvcc_keys_total",
+    "etcd_server_version",
+    "etcd_cluster_version",
+    "grpc_server_handled_total",
+    "grpc_server_started_total",
+    "process_resident_memory_bytes",
+    "process_cpu_seconds_total",
+    "process_open_fds",
+    "process_start_time_seconds",
+];
+
+#[test]
+fn metrics_have_etcds_names_and_move_with_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics_port = testkit::free_port();
+    let metrics_url = format!("http://127.0.0.1:{metrics_port}");
+    let oxcd = Process::start_oxcd(
+        &testkit::oxcd_bin(),
+        dir.path(),
+        &["--listen-metrics-urls", &metrics_url],
+    );
+    let endpoint = &oxcd.endpoint;
+
+    let before = metrics(endpoint);
+    for name in REQUIRED_METRICS {
+        assert!(
+            before.contains(&format!("# TYPE {name} ")),
+            "{name} is missing from /metrics:\n{before}"
+        );
+    }
+    // etcd's buckets: 1 ms doubling 14 times.
+    assert!(before.contains("etcd_disk_wal_fsync_duration_seconds_bucket{le=\"0.001\"}"));
+    assert!(before.contains("etcd_disk_wal_fsync_duration_seconds_bucket{le=\"8.192\"}"));
+    assert_eq!(sample(&before, "etcd_server_has_leader"), Some(1.0));
+    assert_eq!(sample(&before, "etcd_server_is_leader"), Some(1.0));
+    assert_eq!(
+        sample(&before, "etcd_server_version{server_version=\"3.5.13\"}"),
+        Some(1.0)
+    );
+    let fsyncs = sample(&before, "etcd_disk_wal_fsync_duration_seconds_count").unwrap();
+    let range_ok = "grpc_server_handled_total{grpc_code=\"OK\",grpc_method=\"Range\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"}";
+    let ranges = sample(&before, range_ok).expect("series created up front");
+
+    // "key0" .. "key9", twice each.
+    for round in 0..2 {
+        for digit in ["MA", "MQ", "Mg", "Mw", "NA", "NQ", "Ng", "Nw", "OA", "OQ"] {
+            let body = format!("{{\"key\":\"a2V5{digit}==\",\"value\":\"dg==\"}}");
+            let put = http::post(endpoint, "/v3/kv/put", &body).unwrap();
+            assert_eq!(put.status, 200, "round {round}: {}", put.body);
+        }
+    }
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mut client = etcd_client::Client::connect([endpoint.as_str()], None)
+            .await
+            .unwrap();
+        client.get("key", None).await.unwrap();
+    });
+
+    let after = metrics(endpoint);
+    let fsyncs_after = sample(&after, "etcd_disk_wal_fsync_duration_seconds_count").unwrap();
+    assert!(
+        fsyncs_after >= fsyncs + 1.0,
+        "fsync count {fsyncs} -> {fsyncs_after}"
+    );
+    assert!(sample(&after, range_ok).unwrap() >= ranges + 1.0);
+    assert!(sample(&after, "etcd_debugging_mvcc_keys_total").unwrap() >= 10.0);
+    assert!(
+        sample(&after, "etcd_server_proposals_applied_total").unwrap()
+            > sample(&before, "etcd_server_proposals_applied_total").unwrap()
+    );
+    assert!(sample(&after, "etcd_disk_backend_commit_duration_seconds_count").is_some());
+
+    // --listen-metrics-urls: /metrics and /health, nothing else.
+    let extra = metrics(&metrics_url);
+    assert!(extra.contains("# TYPE etcd_server_has_leader gauge"));
+    let health = http::get(&metrics_url, "/health").unwrap();
+    assert_eq!(health.status, 200);
+    assert_eq!(http::get(&metrics_url, "/version").unwrap().status, 404);
+}
+
+#[test]
+fn health_and_version_answer_as_etcd_3_5() {
+    let dir = tempfile::tempdir().unwrap();
+    let oxcd = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
+    let endpoint = &oxcd.endpoint;
+
+    let health = http::get(endpoint, "/health").unwrap();
+    assert_eq!(health.status, 200);
+    assert_eq!(health.body, r#"{"health":"true","reason":""}"#);
+    assert_eq!(health.header("access-control-allow-origin"), Some("*"));
+    let excluded = http::get(endpoint, "/health?exclude=NOSPACE&serializable=true").unwrap();
+    assert_eq!(excluded.status, 200);
+    let post = http::post(endpoint, "/health", "").unwrap();
+    assert_eq!(post.status, 405);
+    assert_eq!(post.header("allow"), Some("GET"));
+
+    let version = http::get(endpoint, "/version").unwrap();
+    assert_eq!(version.status, 200);
+    assert_eq!(version.header("content-type"), Some("application/json"));
+    let parsed: Value = serde_json::from_str(&version.body).unwrap();
+    assert_eq!(parsed["etcdserver"], "3.5.13");
+    assert_eq!(parsed["etcdcluster"], "3.5.0");
+    assert!(parsed["oxcd"].is_string(), "{}", version.body);
+    assert!(version
+        .body
+        .starts_with(r#"{"etcdserver":"3.5.13","etcdcluster":"3.5.0""#));
+
+    let missing = http::get(endpoint, "/nope").unwrap();
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.body, "404 page not found\n");
+}
+
+/// Polls `/metrics` of member `i` until `check` accepts it.
+fn wait_metrics(cluster: &Cluster, i: usize, what: &str, check: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + ELECTION_DEADLINE;
+    loop {
+        if let Ok(response) = http::get(&cluster.endpoint(i), "/metrics") {
+            if check(&response.body) {
+                return response.body;
+            }
+        }
+        assert!(Instant::now() < deadline, "member {i}: {what}");
+        std::thread::sleep(POLL);
+    }
+}
+
+#[test]
+fn leader_changes_are_counted_and_health_fails_without_leader() {
+    let mut cluster = Cluster::start(3, &[]);
+    let deadline = Instant::now() + ELECTION_DEADLINE;
+    let leader = loop {
+        let found = (0..3).find(|i| {
+            http::get(&cluster.endpoint(*i), "/metrics")
+                .is_ok_and(|r| sample(&r.body, "etcd_server_is_leader") == Some(1.0))
+        });
+        if let Some(i) = found {
+            break i;
+        }
+        assert!(Instant::now() < deadline, "no member reports leading");
+        std::thread::sleep(POLL);
+    };
+    let survivor = (leader + 1) % 3;
+    let seen = sample(
+        &metrics(&cluster.endpoint(survivor)),
+        "etcd_server_leader_changes_seen_total",
+    )
+    .unwrap();
+    assert!(seen >= 1.0);
+
+    cluster.kill9(leader);
+    wait_metrics(&cluster, survivor, "a new leader is counted", |text| {
+        sample(text, "etcd_server_leader_changes_seen_total").is_some_and(|n| n > seen)
+            && sample(text, "etcd_server_has_leader") == Some(1.0)
+    });
+    let healthy = http::get(&cluster.endpoint(survivor), "/health").unwrap();
+    assert_eq!(healthy.status, 200, "{}", healthy.body);
+
+    // Two of three gone: no quorum, no leader, /health says so (on the
+    // way there a read in flight may fail first: "RANGE ERROR:...").
+    cluster.kill9((leader + 2) % 3);
+    let deadline = Instant::now() + 2 * ELECTION_DEADLINE;
+    let unhealthy = loop {
+        let response = http::get(&cluster.endpoint(survivor), "/health").unwrap();
+        if response.status == 503 && response.body.contains("RAFT NO LEADER") {
+            break response;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still healthy: {}",
+            response.body
+        );
+        std::thread::sleep(POLL);
+    };
+    assert_eq!(
+        unhealthy.body,
+        "{\"health\":\"false\",\"reason\":\"RAFT NO LEADER\"}\n"
+    );
+    assert_eq!(
+        unhealthy.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    let text = metrics(&cluster.endpoint(survivor));
+    assert_eq!(sample(&text, "etcd_server_has_leader"), Some(0.0));
+    assert!(sample(&text, "etcd_server_health_failures").unwrap() >= 1.0);
+}
+
+/// IDs, terms, ports and sizes differ between two members; the rest must not.
+fn mask(text: &str) -> String {
+    let ids = Regex::new(r#""(cluster_id|member_id|raft_term|leader|ID|raftTerm)":"\d+""#).unwrap();
+    let urls = Regex::new(r#"http://127\.0\.0\.1:\d+"#).unwrap();
+    let text = ids.replace_all(text, "\"$1\":\"N\"");
+    urls.replace_all(&text, "http://127.0.0.1:PORT")
+        .into_owned()
+}
+
+struct Step {
+    method: &'static str,
+    path: &'static str,
+    body: &'static str,
+}
+
+const fn post(path: &'static str, body: &'static str) -> Step {
+    Step {
+        method: "POST",
+        path,
+        body,
+    }
+}
+
+fn gateway_session() -> Vec<Step> {
+    vec![
+        post("/v3/kv/put", r#"{"key":"Zm9v","value":"YmFy"}"#),
+        post(
+            "/v3/kv/put",
+            r#"{"key":"Zm9v","value":"YmF6","prev_kv":true}"#,
+        ),
+        post("/v3/kv/range", r#"{"key":"Zm9v"}"#),
+        post("/v3/kv/range", r#"{"key":"Zm9v","count_only":true}"#),
+        post("/v3/kv/range", r#"{"key":"AA==","range_end":"AA=="}"#),
+        post(
+            "/v3/kv/range",
+            r#"{"key":"Zm9v","keysOnly":true,"limit":"1"}"#,
+        ),
+        post("/v3/kv/range", r#"{}"#),
+        post("/v3/kv/put", r#"{}"#),
+        post("/v3/kv/range", r#"{"key":"bm9uZQ=="}"#),
+        post("/v3/kv/put", r#"{"key":"Zm9vMQ==","value":"MQ=="}"#),
+        post("/v3/kv/put", r#"{"key":"Zm9vMg==","value":"Mg=="}"#),
+        post(
+            "/v3/kv/range",
+            r#"{"key":"Zm9v","range_end":"Zm9w","sort_order":"DESCEND","sort_target":"KEY","limit":2}"#,
+        ),
+        post(
+            "/v3/kv/deleterange",
+            r#"{"key":"Zm9vMQ==","range_end":"Zm9vMw==","prev_kv":true}"#,
+        ),
+        post(
+            "/v3/kv/txn",
+            r#"{"compare":[{"key":"Zm9v","target":"VERSION","result":"EQUAL","version":"0"}],"success":[{"request_put":{"key":"Zm9v","value":"MQ=="}}],"failure":[{"request_range":{"key":"Zm9v"}}]}"#,
+        ),
+        post(
+            "/v3/kv/txn",
+            r#"{"compare":[{"key":"Zm9v","target":"VALUE","result":"EQUAL","value":"YmF6"}],"success":[{"request_delete_range":{"key":"Zm9v"}}],"failure":[{"request_range":{"key":"Zm9v"}},{"request_put":{"key":"YmFy","value":"MQ==","prev_kv":true}}]}"#,
+        ),
+        post("/v3/kv/deleterange", r#"{"key":"Zm9v","prev_kv":true}"#),
+        post("/v3/kv/compaction", r#"{"revision":"3"}"#),
+        post("/v3/kv/compaction", r#"{"revision":"200"}"#),
+        post("/v3/kv/range", r#"{"key":"Zm9v","revision":"2"}"#),
+        post("/v3/kv/range", r#"{"key":"Zm9v","revision":"1000"}"#),
+        post("/v3beta/kv/range", r#"{"key":"YmFy"}"#),
+        post("/v3alpha/kv/range", r#"{"key":"YmFy"}"#),
+        post("/v3/lease/grant", r#"{"TTL":60,"ID":1234}"#),
+        post(
+            "/v3/kv/put",
+            r#"{"key":"bGs=","value":"dg==","lease":"1234"}"#,
+        ),
+        post("/v3/kv/lease/leases", r#"{}"#),
+        post("/v3/lease/revoke", r#"{"ID":"1234"}"#),
+        post("/v3/kv/lease/revoke", r#"{"ID":1234}"#),
+        post("/v3/lease/timetolive", r#"{"ID":1234,"keys":true}"#),
+        post("/v3/cluster/member/list", r#"{}"#),
+        Step {
+            method: "GET",
+            path: "/v3/kv/range",
+            body: "",
+        },
+    ]
+}
+
+fn run(endpoint: &str, step: &Step) -> http::Response {
+    http::request(endpoint, step.method, step.path, Some(step.body))
+        .unwrap_or_else(|e| panic!("{} {}: {e}", step.method, step.path))
+}
+
+/// Compares one answer: status, then the body byte for byte when it
+/// succeeded (errors: the same fields and values; etcd 3.5 orders them
+/// differently from 3.4 and we answer as 3.5).
+fn compare(step: &Step, want: &http::Response, got: &http::Response) -> Option<String> {
+    let same_body = if want.status == 200 {
+        mask(&want.body) == mask(&got.body)
+    } else {
+        match (
+            serde_json::from_str::<Value>(&want.body),
+            serde_json::from_str::<Value>(&got.body),
+        ) {
+            (Ok(w), Ok(g)) => w == g,
+            _ => want.body == got.body,
+        }
+    };
+    (want.status != got.status || !same_body).then(|| {
+        format!(
+            "{} {} {}\n--- etcd: {} {}\n--- oxcd: {} {}",
+            step.method, step.path, step.body, want.status, want.body, got.status, got.body
+        )
+    })
+}
+
+#[test]
+fn gateway_answers_match_etcd_3_4() {
+    let ref_dir = tempfile::tempdir().unwrap();
+    let etcd = testkit::start_reference_etcd(testkit::ETCD_34.0, ref_dir.path())
+        .expect("etcd 3.4.23 is installed (.ci/run installs it)");
+    let ox_dir = tempfile::tempdir().unwrap();
+    let oxcd = Process::start_oxcd(&testkit::oxcd_bin(), ox_dir.path(), &[]);
+
+    let mut mismatches = Vec::new();
+    for step in gateway_session() {
+        let want = run(&etcd.endpoint, &step);
+        let got = run(&oxcd.endpoint, &step);
+        assert_eq!(
+            got.header("access-control-allow-origin"),
+            Some("*"),
+            "{}",
+            step.path
+        );
+        if want.status == 200 {
+            assert_eq!(
+                got.header("content-type"),
+                want.header("content-type"),
+                "{}",
+                step.path
+            );
+        }
+        mismatches.extend(compare(&step, &want, &got));
+    }
+
+    // A body that is not JSON: the same status and code (Go's and Rust's
+    // JSON parsers word the message differently).
+    let want = http::post(&etcd.endpoint, "/v3/kv/range", "not json").unwrap();
+    let got = http::post(&oxcd.endpoint, "/v3/kv/range", "not json").unwrap();
+    assert_eq!((want.status, got.status), (400, 400));
+    let code = |r: &http::Response| serde_json::from_str::<Value>(&r.body).unwrap()["code"].clone();
+    assert_eq!(code(&want), code(&got));
+
+    // Status: the same fields (their values are each member's own).
+    let keys = |endpoint: &str| {
+        let r = http::post(endpoint, "/v3/maintenance/status", "{}").unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        let parsed: Value = serde_json::from_str(&r.body).unwrap();
+        let mut keys: Vec<String> = parsed.as_object().unwrap().keys().cloned().collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(keys(&etcd.endpoint), keys(&oxcd.endpoint));
+
+    // Watch: the stream of results for the same writes.
+    let watch = |endpoint: &str| {
+        let mut stream = LineStream::open(
+            endpoint,
+            "/v3/watch",
+            r#"{"create_request":{"key":"d2F0Y2g=","prev_kv":true}}"#,
+        )
+        .unwrap();
+        assert_eq!(stream.status, 200);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut lines = vec![stream.next_line(deadline).expect("created")];
+        for body in [
+            r#"{"key":"d2F0Y2g=","value":"MQ=="}"#,
+            r#"{"key":"d2F0Y2g=","value":"Mg=="}"#,
+        ] {
+            assert_eq!(
+                http::post(endpoint, "/v3/kv/put", body).unwrap().status,
+                200
+            );
+        }
+        let delete = http::post(endpoint, "/v3/kv/deleterange", r#"{"key":"d2F0Y2g="}"#);
+        assert_eq!(delete.unwrap().status, 200);
+        for _ in 0..3 {
+            lines.push(stream.next_line(deadline).expect("an event"));
+        }
+        mask(&lines.join("\n"))
+    };
+    let want = watch(&etcd.endpoint);
+    let got = watch(&oxcd.endpoint);
+    if want != got {
+        mismatches.push(format!("watch\n--- etcd:\n{want}\n--- oxcd:\n{got}"));
+    }
+
+    assert!(
+        mismatches.is_empty(),
+        "{} answers differ:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
+}
+
+#[test]
+fn health_reports_an_active_alarm_unless_excluded() {
+    let dir = tempfile::tempdir().unwrap();
+    let oxcd = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
+    let endpoint = oxcd.endpoint.clone();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let alarm = |action| {
+        runtime.block_on(async {
+            let mut client = etcd_client::Client::connect([endpoint.as_str()], None)
+                .await
+                .unwrap();
+            let member = client.status().await.unwrap().header().unwrap().member_id();
+            let mut options = etcd_client::AlarmOptions::new();
+            options.with_member(member);
+            client
+                .alarm(action, etcd_client::AlarmType::Nospace, Some(options))
+                .await
+                .unwrap();
+        })
+    };
+    alarm(etcd_client::AlarmAction::Activate);
+
+    let unhealthy = http::get(&endpoint, "/health").unwrap();
+    assert_eq!(unhealthy.status, 503);
+    assert_eq!(
+        unhealthy.body,
+        "{\"health\":\"false\",\"reason\":\"ALARM NOSPACE\"}\n"
+    );
+    let excluded = http::get(&endpoint, "/health?exclude=NOSPACE").unwrap();
+    assert_eq!(excluded.status, 200, "{}", excluded.body);
+
+    alarm(etcd_client::AlarmAction::Deactivate);
+    assert_eq!(http::get(&endpoint, "/health").unwrap().status, 200);
+}

@@ -1,0 +1,354 @@
+//! The protobuf ↔ JSON mapping grpc-gateway v1 uses in etcd (jsonpb with
+//! OrigName=true, EmitDefaults=false): fields in proto order under their
+//! .proto names, zero values left out, 64-bit integers as strings, bytes
+//! as standard base64, enums by name. Requests may also name fields in
+//! lowerCamelCase and give integers as numbers and enums as numbers, as
+//! jsonpb accepts.
+
+use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+use base64::Engine;
+use serde_json::{Map, Value};
+use tonic::Status;
+
+/// Writes one JSON object, field by field, leaving zero values out.
+pub struct Obj<'a> {
+    out: &'a mut String,
+    empty: bool,
+}
+
+impl<'a> Obj<'a> {
+    pub fn new(out: &'a mut String) -> Obj<'a> {
+        out.push('{');
+        Obj { out, empty: true }
+    }
+
+    fn key(&mut self, name: &str) {
+        if !self.empty {
+            self.out.push(',');
+        }
+        self.empty = false;
+        self.out.push('"');
+        self.out.push_str(name);
+        self.out.push_str("\":");
+    }
+
+    pub fn end(self) {
+        self.out.push('}');
+    }
+
+    pub fn int(&mut self, name: &str, value: impl Into<i128>) -> &mut Self {
+        let value = value.into();
+        if value != 0 {
+            self.key(name);
+            self.out.push('"');
+            self.out.push_str(&value.to_string());
+            self.out.push('"');
+        }
+        self
+    }
+
+    /// A 32-bit integer: a JSON number.
+    pub fn int32(&mut self, name: &str, value: i64) -> &mut Self {
+        if value != 0 {
+            self.key(name);
+            self.out.push_str(&value.to_string());
+        }
+        self
+    }
+
+    pub fn bool(&mut self, name: &str, value: bool) -> &mut Self {
+        if value {
+            self.key(name);
+            self.out.push_str("true");
+        }
+        self
+    }
+
+    pub fn bytes(&mut self, name: &str, value: &[u8]) -> &mut Self {
+        if !value.is_empty() {
+            self.key(name);
+            self.out.push('"');
+            self.out.push_str(&STANDARD.encode(value));
+            self.out.push('"');
+        }
+        self
+    }
+
+    pub fn str(&mut self, name: &str, value: &str) -> &mut Self {
+        if !value.is_empty() {
+            self.key(name);
+            push_string(self.out, value);
+        }
+        self
+    }
+
+    /// An enum by name; the zero value is left out.
+    pub fn enumeration(&mut self, name: &str, number: i32, names: &[&str]) -> &mut Self {
+        if number != 0 {
+            self.key(name);
+            match names.get(number as usize) {
+                Some(text) => push_string(self.out, text),
+                None => self.out.push_str(&number.to_string()),
+            }
+        }
+        self
+    }
+
+    pub fn bytes_list<B: AsRef<[u8]>>(&mut self, name: &str, values: &[B]) -> &mut Self {
+        if !values.is_empty() {
+            self.key(name);
+            self.out.push('[');
+            for (i, value) in values.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                self.out.push('"');
+                self.out.push_str(&STANDARD.encode(value.as_ref()));
+                self.out.push('"');
+            }
+            self.out.push(']');
+        }
+        self
+    }
+
+    pub fn strings(&mut self, name: &str, values: &[String]) -> &mut Self {
+        if !values.is_empty() {
+            self.key(name);
+            self.out.push('[');
+            for (i, value) in values.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                push_string(self.out, value);
+            }
+            self.out.push(']');
+        }
+        self
+    }
+
+    /// A message field; None is left out.
+    pub fn msg<T>(
+        &mut self,
+        name: &str,
+        value: Option<&T>,
+        write: fn(&mut String, &T),
+    ) -> &mut Self {
+        if let Some(value) = value {
+            self.key(name);
+            write(self.out, value);
+        }
+        self
+    }
+
+    pub fn msgs<T>(&mut self, name: &str, values: &[T], write: fn(&mut String, &T)) -> &mut Self {
+        if !values.is_empty() {
+            self.key(name);
+            self.out.push('[');
+            for (i, value) in values.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                write(self.out, value);
+            }
+            self.out.push(']');
+        }
+        self
+    }
+}
+
+fn push_string(out: &mut String, text: &str) {
+    match serde_json::to_string(text) {
+        Ok(quoted) => out.push_str(&quoted),
+        Err(_) => out.push_str("\"\""),
+    }
+}
+
+/// Reads fields of one JSON object of a request.
+pub struct Fields<'a> {
+    map: Option<&'a Map<String, Value>>,
+}
+
+fn invalid(message: String) -> Status {
+    Status::invalid_argument(message)
+}
+
+/// `range_end` → `rangeEnd`: jsonpb accepts a field under either name.
+fn camel_case(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut upper = false;
+    for c in name.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+impl<'a> Fields<'a> {
+    pub fn of(value: &'a Value) -> Result<Fields<'a>, Status> {
+        match value {
+            Value::Object(map) => Ok(Fields { map: Some(map) }),
+            Value::Null => Ok(Fields { map: None }),
+            other => Err(invalid(format!(
+                "json: cannot unmarshal {} into Go value of type map[string]json.RawMessage",
+                json_kind(other)
+            ))),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&'a Value> {
+        let map = self.map?;
+        let value = map.get(name).or_else(|| map.get(&camel_case(name)))?;
+        (!value.is_null()).then_some(value)
+    }
+
+    pub fn int(&self, name: &str) -> Result<i64, Status> {
+        match self.get(name) {
+            None => Ok(0),
+            Some(Value::Number(n)) => n
+                .as_i64()
+                .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
+                .ok_or_else(|| invalid(format!("bad value for field {name}: {n}"))),
+            Some(Value::String(s)) => s
+                .parse()
+                .map_err(|_| invalid(format!("bad value for field {name}: {s:?}"))),
+            Some(other) => Err(invalid(format!(
+                "json: cannot unmarshal {} into Go value of type int64",
+                json_kind(other)
+            ))),
+        }
+    }
+
+    pub fn uint(&self, name: &str) -> Result<u64, Status> {
+        match self.get(name) {
+            None => Ok(0),
+            Some(Value::Number(n)) => n
+                .as_u64()
+                .ok_or_else(|| invalid(format!("bad value for field {name}: {n}"))),
+            Some(Value::String(s)) => s
+                .parse()
+                .map_err(|_| invalid(format!("bad value for field {name}: {s:?}"))),
+            Some(other) => Err(invalid(format!(
+                "json: cannot unmarshal {} into Go value of type uint64",
+                json_kind(other)
+            ))),
+        }
+    }
+
+    pub fn bool(&self, name: &str) -> Result<bool, Status> {
+        match self.get(name) {
+            None => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(other) => Err(invalid(format!(
+                "json: cannot unmarshal {} into Go value of type bool",
+                json_kind(other)
+            ))),
+        }
+    }
+
+    pub fn bytes(&self, name: &str) -> Result<Vec<u8>, Status> {
+        match self.get(name) {
+            None => Ok(Vec::new()),
+            Some(Value::String(s)) => decode_base64(s),
+            Some(other) => Err(invalid(format!(
+                "json: cannot unmarshal {} into Go value of type []uint8",
+                json_kind(other)
+            ))),
+        }
+    }
+
+    pub fn enumeration(&self, name: &str, names: &[&str]) -> Result<i32, Status> {
+        match self.get(name) {
+            None => Ok(0),
+            Some(Value::Number(n)) => n
+                .as_i64()
+                .and_then(|n| i32::try_from(n).ok())
+                .ok_or_else(|| invalid(format!("bad value for enum {name}: {n}"))),
+            Some(Value::String(s)) => names
+                .iter()
+                .position(|n| n == s)
+                .map(|i| i as i32)
+                .ok_or_else(|| invalid(format!("unknown value {s:?} for enum {name}"))),
+            Some(other) => Err(invalid(format!(
+                "json: cannot unmarshal {} into Go value of type int32",
+                json_kind(other)
+            ))),
+        }
+    }
+
+    pub fn list(&self, name: &str) -> Result<&'a [Value], Status> {
+        match self.get(name) {
+            None => Ok(&[]),
+            Some(Value::Array(items)) => Ok(items),
+            Some(other) => Err(invalid(format!(
+                "json: cannot unmarshal {} into Go value of type []json.RawMessage",
+                json_kind(other)
+            ))),
+        }
+    }
+
+    pub fn msg(&self, name: &str) -> Option<&'a Value> {
+        self.get(name)
+    }
+}
+
+fn decode_base64(text: &str) -> Result<Vec<u8>, Status> {
+    STANDARD
+        .decode(text)
+        .or_else(|_| URL_SAFE.decode(text))
+        .map_err(|e| invalid(format!("illegal base64 data: {e}")))
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_values_are_left_out_and_int64_is_a_string() {
+        let mut out = String::new();
+        let mut o = Obj::new(&mut out);
+        o.int("a", 0i64)
+            .int("b", 7u64)
+            .bytes("key", b"foo")
+            .bool("f", false)
+            .bool("t", true)
+            .enumeration("type", 1, &["PUT", "DELETE"]);
+        o.end();
+        assert_eq!(out, r#"{"b":"7","key":"Zm9v","t":true,"type":"DELETE"}"#);
+    }
+
+    #[test]
+    fn requests_take_orig_and_camel_case_names() {
+        let value: Value = serde_json::from_str(
+            r#"{"range_end":"AA==","countOnly":true,"limit":"3","revision":4}"#,
+        )
+        .unwrap();
+        let fields = Fields::of(&value).unwrap();
+        assert_eq!(fields.bytes("range_end").unwrap(), vec![0]);
+        assert!(fields.bool("count_only").unwrap());
+        assert_eq!(fields.int("limit").unwrap(), 3);
+        assert_eq!(fields.int("revision").unwrap(), 4);
+        assert_eq!(
+            fields
+                .enumeration("sort_order", &["NONE", "ASCEND", "DESCEND"])
+                .unwrap(),
+            0
+        );
+    }
+}

@@ -1,0 +1,457 @@
+//! The JSON gateway etcd serves on its client port (grpc-gateway v1):
+//! `POST /v3/<service>/<method>` with a JSON request body, answered with the
+//! JSON response, calling the gRPC service implementations directly (no
+//! loopback gRPC hop). `/v3beta/` is an alias, as in etcd 3.4 and 3.5.
+//!
+//! Errors are etcd 3.5's: the HTTP status grpc-gateway maps the gRPC code
+//! to, and `{"error":msg,"code":n,"message":msg}` (3.4 orders the fields
+//! error, message, code and sends them chunked with a trailer; clients
+//! parse either).
+//!
+//! A unary route is one line of [`UNARY_ROUTES`] plus one [`unary!`].
+//! `lease/keepalive` (a stream, like watch) is not served yet: it needs the
+//! Lease service's keep-alive loop to take any request stream, as
+//! [`WatchService::open`] does.
+
+pub mod json;
+pub mod messages;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use api::etcdserverpb::cluster_server::Cluster;
+use api::etcdserverpb::kv_server::Kv;
+use api::etcdserverpb::lease_server::Lease;
+use api::etcdserverpb::maintenance_server::Maintenance;
+use api::etcdserverpb::WatchRequest;
+use axum::body::Body;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use http::{header, HeaderValue, Method, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Code, Status};
+
+use crate::config::GRPC_OVERHEAD_BYTES;
+use crate::etcdserver::EtcdServer;
+use crate::http::{cors, method_not_allowed, options_ok};
+use crate::v3rpc::cluster::ClusterService;
+use crate::v3rpc::kv::KvService;
+use crate::v3rpc::lease::LeaseService;
+use crate::v3rpc::maintenance::MaintenanceService;
+use crate::v3rpc::watch::WatchService;
+use messages::{to_json_string, FromJson, ToJson};
+
+/// Path prefixes the gateway answers under.
+pub const PREFIXES: [&str; 2] = ["/v3/", "/v3beta/"];
+
+/// Decoded watch requests queued ahead of the watch session.
+const WATCH_REQUEST_QUEUE: usize = 16;
+
+/// The services the gateway calls.
+pub struct Gateway {
+    server: Arc<EtcdServer>,
+    kv: KvService,
+    maintenance: MaintenanceService,
+    cluster: ClusterService,
+    lease: LeaseService,
+    watch: WatchService,
+}
+
+impl Gateway {
+    pub fn new(server: Arc<EtcdServer>, watch: WatchService, lease: LeaseService) -> Gateway {
+        Gateway {
+            lease,
+            kv: KvService::new(server.clone()),
+            maintenance: MaintenanceService::new(server.clone()),
+            cluster: ClusterService::new(server.clone()),
+            watch,
+            server,
+        }
+    }
+
+    fn max_body(&self) -> usize {
+        self.server.cfg.max_request_bytes + GRPC_OVERHEAD_BYTES
+    }
+}
+
+type UnaryFuture<'a> = Pin<Box<dyn Future<Output = Result<String, Status>> + Send + 'a>>;
+pub type Unary = for<'a> fn(&'a Gateway, Value) -> UnaryFuture<'a>;
+
+/// Decodes the request, calls the service, encodes its answer.
+fn call<'a, Req, Resp, F, Fut>(value: Value, method: F) -> UnaryFuture<'a>
+where
+    Req: FromJson + Send + 'a,
+    Resp: ToJson,
+    F: FnOnce(tonic::Request<Req>) -> Fut + Send + 'a,
+    Fut: Future<Output = Result<tonic::Response<Resp>, Status>> + Send + 'a,
+{
+    let request = Req::from_json(&value);
+    Box::pin(async move {
+        let response = method(tonic::Request::new(request?)).await?;
+        Ok(to_json_string(response.get_ref()))
+    })
+}
+
+macro_rules! unary {
+    ($name:ident, $service:ident . $method:ident) => {
+        fn $name(gateway: &Gateway, value: Value) -> UnaryFuture<'_> {
+            call(value, move |request| gateway.$service.$method(request))
+        }
+    };
+}
+
+unary!(kv_range, kv.range);
+unary!(kv_put, kv.put);
+unary!(kv_delete_range, kv.delete_range);
+unary!(kv_txn, kv.txn);
+unary!(kv_compact, kv.compact);
+unary!(maintenance_status, maintenance.status);
+unary!(cluster_member_list, cluster.member_list);
+unary!(lease_grant, lease.lease_grant);
+unary!(lease_revoke, lease.lease_revoke);
+unary!(lease_time_to_live, lease.lease_time_to_live);
+unary!(lease_leases, lease.lease_leases);
+
+/// Unary routes, under each of [`PREFIXES`].
+pub const UNARY_ROUTES: &[(&str, Unary)] = &[
+    ("kv/range", kv_range),
+    ("kv/put", kv_put),
+    ("kv/deleterange", kv_delete_range),
+    ("kv/txn", kv_txn),
+    ("kv/compaction", kv_compact),
+    ("maintenance/status", maintenance_status),
+    ("cluster/member/list", cluster_member_list),
+    ("lease/grant", lease_grant),
+    ("lease/revoke", lease_revoke),
+    ("kv/lease/revoke", lease_revoke),
+    ("lease/timetolive", lease_time_to_live),
+    ("kv/lease/timetolive", lease_time_to_live),
+    ("lease/leases", lease_leases),
+    ("kv/lease/leases", lease_leases),
+];
+
+/// The HTTP status grpc-gateway v1 gives a gRPC code (HTTPStatusFromCode).
+fn http_status(code: Code) -> StatusCode {
+    match code {
+        Code::Ok => StatusCode::OK,
+        Code::Cancelled => StatusCode::REQUEST_TIMEOUT,
+        Code::Unknown | Code::Internal | Code::DataLoss => StatusCode::INTERNAL_SERVER_ERROR,
+        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
+            StatusCode::BAD_REQUEST
+        }
+        Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+        Code::NotFound => StatusCode::NOT_FOUND,
+        Code::AlreadyExists | Code::Aborted => StatusCode::CONFLICT,
+        Code::PermissionDenied => StatusCode::FORBIDDEN,
+        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
+        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+/// The body of a failed call, etcd 3.5's field order.
+pub fn error_body(status: &Status) -> String {
+    let message = serde_json::to_string(status.message()).unwrap_or_else(|_| "\"\"".into());
+    format!(
+        "{{\"error\":{message},\"code\":{},\"message\":{message}}}",
+        status.code() as i32
+    )
+}
+
+fn json_response(status: StatusCode, body: String, from_grpc: bool) -> http::Response<Body> {
+    let mut response = http::Response::new(Body::from(body));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if from_grpc {
+        headers.insert(
+            "grpc-metadata-content-type",
+            HeaderValue::from_static("application/grpc"),
+        );
+    }
+    cors(response)
+}
+
+fn error_response(status: &Status) -> http::Response<Body> {
+    json_response(http_status(status.code()), error_body(status), false)
+}
+
+/// A body that is not JSON: grpc-gateway answers InvalidArgument.
+fn bad_json(error: serde_json::Error) -> Status {
+    Status::invalid_argument(error.to_string())
+}
+
+/// Serves one unary route.
+pub async fn serve_unary(
+    gateway: Arc<Gateway>,
+    route: Unary,
+    request: http::Request<Body>,
+) -> http::Response<Body> {
+    if request.method() == Method::OPTIONS {
+        return options_ok();
+    }
+    if request.method() != Method::POST {
+        return method_not_allowed(None);
+    }
+    let body = match axum::body::to_bytes(request.into_body(), gateway.max_body()).await {
+        Ok(body) => body,
+        Err(e) => return error_response(&Status::invalid_argument(e.to_string())),
+    };
+    let value = if body.iter().all(u8::is_ascii_whitespace) {
+        // grpc-gateway takes an empty body as an empty request.
+        Value::Null
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(value) => value,
+            Err(e) => return error_response(&bad_json(e)),
+        }
+    };
+    match route(&gateway, value).await {
+        Ok(json) => json_response(StatusCode::OK, json, true),
+        Err(status) => error_response(&status),
+    }
+}
+
+/// Splits a growing buffer into the complete JSON values at its front.
+struct JsonValues {
+    buffer: Vec<u8>,
+}
+
+impl JsonValues {
+    fn push(&mut self, chunk: &[u8]) -> Result<Vec<Value>, serde_json::Error> {
+        self.buffer.extend_from_slice(chunk);
+        let mut values = Vec::new();
+        let mut consumed = 0;
+        {
+            let mut stream = serde_json::Deserializer::from_slice(&self.buffer).into_iter();
+            loop {
+                match stream.next() {
+                    Some(Ok(value)) => {
+                        values.push(value);
+                        consumed = stream.byte_offset();
+                    }
+                    Some(Err(e)) if e.is_eof() => break,
+                    Some(Err(e)) => return Err(e),
+                    None => {
+                        consumed = self.buffer.len();
+                        break;
+                    }
+                }
+            }
+        }
+        self.buffer.drain(..consumed);
+        Ok(values)
+    }
+
+    fn finish(&self) -> Result<(), serde_json::Error> {
+        if self.buffer.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        serde_json::from_slice::<Value>(&self.buffer).map(|_| ())
+    }
+}
+
+/// grpc-gateway's in-stream error object (runtime.streamError).
+fn stream_error_line(status: &Status) -> Bytes {
+    let http = http_status(status.code());
+    let message = serde_json::to_string(status.message()).unwrap_or_else(|_| "\"\"".into());
+    let reason = serde_json::to_string(http.canonical_reason().unwrap_or(""))
+        .unwrap_or_else(|_| "\"\"".into());
+    Bytes::from(format!(
+        "{{\"error\":{{\"grpc_code\":{},\"http_code\":{},\"message\":{message},\"http_status\":{reason}}}}}\n",
+        status.code() as i32,
+        http.as_u16()
+    ))
+}
+
+/// Serves POST /v3/watch: the body is a stream of JSON WatchRequests, the
+/// answer a stream of `{"result":WatchResponse}` lines.
+pub async fn serve_watch(
+    gateway: Arc<Gateway>,
+    request: http::Request<Body>,
+) -> http::Response<Body> {
+    if request.method() == Method::OPTIONS {
+        return options_ok();
+    }
+    if request.method() != Method::POST {
+        return method_not_allowed(None);
+    }
+    let max_body = gateway.max_body();
+    let mut body = request.into_body();
+    let mut values = JsonValues { buffer: Vec::new() };
+    // The first request is read before answering, so that a body that is
+    // not JSON gets a plain error response as grpc-gateway gives it.
+    let mut first = Vec::new();
+    let mut ended = false;
+    while first.is_empty() && !ended {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    match values.push(&data) {
+                        Ok(parsed) => first = parsed,
+                        Err(e) => return error_response(&Status::unknown(e.to_string())),
+                    }
+                    if values.buffer.len() > max_body {
+                        return error_response(&Status::resource_exhausted("request too large"));
+                    }
+                }
+            }
+            Some(Err(e)) => return error_response(&Status::unknown(e.to_string())),
+            None => ended = true,
+        }
+    }
+    if ended {
+        if let Err(e) = values.finish() {
+            return error_response(&Status::unknown(e.to_string()));
+        }
+    }
+    let mut requests = Vec::with_capacity(first.len());
+    for value in &first {
+        match WatchRequest::from_json(value) {
+            Ok(request) => requests.push(request),
+            Err(status) => return error_response(&status),
+        }
+    }
+
+    let (tx, rx) = mpsc::channel::<Result<WatchRequest, Status>>(WATCH_REQUEST_QUEUE);
+    tokio::spawn(async move {
+        for request in requests {
+            if tx.send(Ok(request)).await.is_err() {
+                return;
+            }
+        }
+        if ended {
+            return;
+        }
+        loop {
+            let chunk = match body.frame().await {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => data,
+                    Err(_) => continue,
+                },
+                Some(Err(_)) | None => break,
+            };
+            let parsed = match values.push(&chunk) {
+                Ok(parsed) => parsed,
+                Err(e) => {
+                    let _ = tx.send(Err(Status::invalid_argument(e.to_string()))).await;
+                    return;
+                }
+            };
+            if values.buffer.len() > max_body {
+                return;
+            }
+            for value in parsed {
+                let request = WatchRequest::from_json(&value);
+                let failed = request.is_err();
+                if tx.send(request).await.is_err() || failed {
+                    return;
+                }
+            }
+        }
+        // Dropping `tx` half-closes: events keep flowing until the client leaves.
+    });
+
+    let responses = gateway.watch.open(ReceiverStream::new(rx), false);
+    let lines = result_lines(responses);
+    let mut response = http::Response::new(Body::from_stream(lines));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        "grpc-metadata-content-type",
+        HeaderValue::from_static("application/grpc"),
+    );
+    cors(response)
+}
+
+/// Each response as one `{"result":...}` line; an error ends the stream
+/// with grpc-gateway's error line.
+fn result_lines<S, T>(responses: S) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>>
+where
+    S: Stream<Item = Result<T, Status>> + Send + 'static,
+    T: ToJson,
+{
+    responses.scan(false, |failed, item| {
+        if *failed {
+            return futures::future::ready(None);
+        }
+        let line = match item {
+            Ok(response) => {
+                let mut line = String::with_capacity(256);
+                line.push_str("{\"result\":");
+                response.to_json(&mut line);
+                line.push_str("}\n");
+                Bytes::from(line)
+            }
+            Err(status) => {
+                *failed = true;
+                stream_error_line(&status)
+            }
+        };
+        futures::future::ready(Some(Ok(line)))
+    })
+}
+
+/// The gateway's routes, to merge into the client listener's router.
+pub fn router(gateway: Arc<Gateway>) -> axum::Router {
+    let mut router = axum::Router::new();
+    for prefix in PREFIXES {
+        for (path, route) in UNARY_ROUTES {
+            let gateway = gateway.clone();
+            let route = *route;
+            router = router.route(
+                &format!("{prefix}{path}"),
+                axum::routing::any(move |request: http::Request<Body>| {
+                    serve_unary(gateway.clone(), route, request)
+                }),
+            );
+        }
+        let gateway = gateway.clone();
+        router = router.route(
+            &format!("{prefix}watch"),
+            axum::routing::any(move |request: http::Request<Body>| {
+                serve_watch(gateway.clone(), request)
+            }),
+        );
+    }
+    router
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concatenated_requests_split_across_chunks() {
+        let mut values = JsonValues { buffer: Vec::new() };
+        assert!(values.push(b"{\"a\":1} {\"b\"").unwrap().len() == 1);
+        let rest = values.push(b":2}").unwrap();
+        assert_eq!(rest, vec![serde_json::json!({"b": 2})]);
+        assert!(values.finish().is_ok());
+    }
+
+    #[test]
+    fn errors_map_to_grpc_gateway_statuses() {
+        assert_eq!(http_status(Code::InvalidArgument), StatusCode::BAD_REQUEST);
+        assert_eq!(http_status(Code::OutOfRange), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            http_status(Code::Unavailable),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            error_body(&Status::invalid_argument("etcdserver: key is not provided")),
+            r#"{"error":"etcdserver: key is not provided","code":3,"message":"etcdserver: key is not provided"}"#
+        );
+    }
+}

@@ -104,6 +104,7 @@ impl Store {
                 return Err(e);
             }
         };
+        self.refresh_file_size();
         // The deferred batch, now into the new file.
         self.commit(false)?;
         close_when_unused(old);
@@ -139,20 +140,11 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use api::etcdserverpb::{DeleteRangeRequest, PutRequest, RangeRequest};
+    use api::etcdserverpb::{DeleteRangeRequest, RangeRequest};
+
+    use crate::test_util::put_at;
 
     use crate::Store;
-
-    fn put(store: &Store, index: u64, key: &str, value: Vec<u8>) {
-        let mut w = store.write(index);
-        w.put(&PutRequest {
-            key: key.as_bytes().to_vec().into(),
-            value: value.into(),
-            ..Default::default()
-        })
-        .unwrap();
-        w.end();
-    }
 
     #[test]
     fn defrag_returns_space_and_keeps_every_key_and_later_writes() {
@@ -162,7 +154,7 @@ mod tests {
         let mut index = 0;
         for i in 0..400 {
             index += 1;
-            put(&store, index, &format!("k{i:03}"), vec![7; 10_000]);
+            put_at(&store, index, &format!("k{i:03}"), vec![7; 10_000], 0);
         }
         store.commit(true).unwrap();
         index += 1;
@@ -197,7 +189,7 @@ mod tests {
         assert!(!dir.path().join("db.defrag.tmp").exists());
 
         index += 1;
-        put(&store, index, "later", vec![1]);
+        put_at(&store, index, "later", vec![1], 0);
         store.commit(true).unwrap();
         let revision = store.current_revision();
         drop(store);
@@ -220,14 +212,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = std::sync::Arc::new(Store::open(&dir.path().join("db")).unwrap());
         for i in 0..200u64 {
-            put(&store, i + 1, &format!("k{i:03}"), vec![3; 5_000]);
+            put_at(&store, i + 1, &format!("k{i:03}"), vec![3; 5_000], 0);
         }
         store.commit(true).unwrap();
         let writer = {
             let store = store.clone();
             std::thread::spawn(move || {
                 for i in 0..2_000u64 {
-                    put(&store, 201 + i, &format!("w{i:04}"), vec![5; 100]);
+                    put_at(&store, 201 + i, &format!("w{i:04}"), vec![5; 100], 0);
                     let got = store
                         .range(&RangeRequest {
                             key: format!("w{i:04}").into_bytes().into(),

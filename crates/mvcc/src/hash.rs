@@ -63,20 +63,8 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use api::etcdserverpb::PutRequest;
-
+    use crate::test_util::put_at;
     use crate::Store;
-
-    fn put(store: &Store, index: u64, key: &str) {
-        let mut w = store.write(index);
-        w.put(&PutRequest {
-            key: key.as_bytes().to_vec().into(),
-            value: b"v".to_vec().into(),
-            ..Default::default()
-        })
-        .unwrap();
-        w.end();
-    }
 
     #[test]
     fn same_writes_same_hash_whatever_the_raft_indexes_and_commit_timing() {
@@ -84,14 +72,14 @@ mod tests {
         let a = Store::open(&dir.path().join("a")).unwrap();
         let b = Store::open(&dir.path().join("b")).unwrap();
         for (i, key) in ["x", "y", "z"].iter().enumerate() {
-            put(&a, i as u64 + 1, key);
-            put(&b, i as u64 + 10, key);
+            put_at(&a, i as u64 + 1, key, "v", 0);
+            put_at(&b, i as u64 + 10, key, "v", 0);
             b.commit(false).unwrap();
         }
         let (ha, ra) = a.hash().unwrap();
         let (hb, rb) = b.hash().unwrap();
         assert_eq!((ha, ra), (hb, rb));
-        put(&b, 20, "w");
+        put_at(&b, 20, "w", "v", 0);
         assert_ne!(b.hash().unwrap().0, ha);
     }
 }

@@ -139,6 +139,8 @@ pub enum MvccError {
 }
 
 #[cfg(test)]
+mod test_util;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod watch_tests;

@@ -122,6 +122,7 @@ impl Store {
             .store(loaded.consistent_index, Ordering::Release);
         self.durable_consistent_index
             .store(loaded.consistent_index, Ordering::Release);
+        self.refresh_file_size();
         Ok(())
     }
 }
@@ -130,18 +131,9 @@ impl Store {
 mod tests {
     use api::etcdserverpb::{PutRequest, RangeRequest};
 
-    use crate::Store;
+    use crate::test_util::put_at;
 
-    fn put(store: &Store, index: u64, key: &str, value: &str) {
-        let mut w = store.write(index);
-        w.put(&PutRequest {
-            key: key.as_bytes().to_vec().into(),
-            value: value.as_bytes().to_vec().into(),
-            ..Default::default()
-        })
-        .unwrap();
-        w.end();
-    }
+    use crate::Store;
 
     fn all(store: &Store) -> Vec<(Vec<u8>, Vec<u8>, i64)> {
         let r = store
@@ -162,7 +154,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let leader = Store::open(&dir.path().join("leader.db")).unwrap();
         for i in 0..50 {
-            put(&leader, i + 1, &format!("k{i:02}"), &format!("v{i}"));
+            put_at(&leader, i + 1, &format!("k{i:02}"), &format!("v{i}"), 0);
         }
         leader.put_member(7, Some(b"m".to_vec()), 51);
         // Applied, never committed: the backup still carries it.
@@ -170,7 +162,7 @@ mod tests {
         assert_eq!(index, 51);
 
         let follower = Store::open(&dir.path().join("follower.db")).unwrap();
-        put(&follower, 1, "stale", "x");
+        put_at(&follower, 1, "stale", "x", 0);
         follower.restore_from(&dir.path().join("snap.db")).unwrap();
         assert_eq!(all(&follower), all(&leader));
         assert_eq!(follower.current_revision(), leader.current_revision());
@@ -178,7 +170,7 @@ mod tests {
         assert_eq!(follower.durable_consistent_index(), 51);
         assert!(follower.members().unwrap().contains_key(&7));
         // Writes go on from the restored revision, and survive a reopen.
-        put(&follower, 52, "after", "y");
+        put_at(&follower, 52, "after", "y", 0);
         follower.commit(true).unwrap();
         let rev = follower.current_revision();
         drop(follower);
@@ -204,7 +196,7 @@ mod tests {
         }
         w.end();
         // Re-put without a lease, then deleted: neither is leased any more.
-        put(&leader, 3, "b", "plain");
+        put_at(&leader, 3, "b", "plain", 0);
         let mut w = leader.write(4);
         w.put(&PutRequest {
             key: b"gone".to_vec().into(),

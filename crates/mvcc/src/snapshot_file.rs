@@ -426,22 +426,11 @@ impl StorageBackend for BoundedFile {
 
 #[cfg(test)]
 mod tests {
-    use api::etcdserverpb::{PutRequest, RangeRequest};
+    use api::etcdserverpb::RangeRequest;
 
     use super::*;
+    use crate::test_util::put_at;
     use crate::Store;
-
-    fn put(store: &Store, index: u64, key: &str, value: &str, lease: i64) {
-        let mut w = store.write(index);
-        w.put(&PutRequest {
-            key: key.as_bytes().to_vec().into(),
-            value: value.as_bytes().to_vec().into(),
-            lease,
-            ..Default::default()
-        })
-        .unwrap();
-        w.end();
-    }
 
     fn all(store: &Store) -> Vec<(Vec<u8>, Vec<u8>, i64, i64)> {
         let r = store
@@ -470,7 +459,7 @@ mod tests {
         store.put_side(SideTable::Leases, 9, Some(b"lease-9".to_vec()), 1);
         store.put_member(1, Some(b"old-member".to_vec()), 1);
         for i in 0..100u64 {
-            put(
+            put_at(
                 &store,
                 i + 2,
                 &format!("k{i:03}"),
@@ -552,7 +541,7 @@ mod tests {
         );
         assert_eq!(reopened.take_loaded_leased_keys().len(), 3);
         // The new cluster applies from its first raft entry.
-        put(&reopened, 1, "after", "x", 0);
+        put_at(&reopened, 1, "after", "x", 0);
         assert_eq!(reopened.current_revision(), store.current_revision() + 1);
     }
 

@@ -63,6 +63,10 @@ pub struct Store {
     pub(crate) consistent_index: AtomicU64,
     pub(crate) durable_consistent_index: AtomicU64,
     pub(crate) size_in_use: AtomicI64,
+    /// The file's size, read after every commit, defragmentation and
+    /// install (the only times it changes), so that asking for it (the
+    /// quota check before every write) costs no system call.
+    file_size: AtomicI64,
     pub(crate) events_prev_kv: AtomicBool,
     /// Whether a lease exists, asked before a put that names one (the lessor
     /// lives above mvcc). None: every lease is taken as existing.
@@ -113,6 +117,7 @@ impl Store {
             consistent_index: AtomicU64::new(loaded.consistent_index),
             durable_consistent_index: AtomicU64::new(loaded.consistent_index),
             size_in_use: AtomicI64::new(size),
+            file_size: AtomicI64::new(size),
             commit_observer: std::sync::OnceLock::new(),
             lease_lookup: RwLock::new(None),
             loaded_leased_keys: Mutex::new(loaded.leased_keys),
@@ -368,6 +373,7 @@ impl Store {
         pending.dirty = false;
         drop(pending);
         self.size_in_use.store(in_use, Ordering::Relaxed);
+        self.refresh_file_size();
         if durable {
             self.durable_consistent_index
                 .store(consistent_index, Ordering::Release);
@@ -389,9 +395,14 @@ impl Store {
 
     /// Size of the file on disk.
     pub fn db_size(&self) -> i64 {
-        std::fs::metadata(&self.path)
-            .map(|m| m.len() as i64)
-            .unwrap_or(0)
+        self.file_size.load(Ordering::Relaxed)
+    }
+
+    /// Re-reads the file's size after something wrote the file.
+    pub(crate) fn refresh_file_size(&self) {
+        if let Ok(meta) = std::fs::metadata(&self.path) {
+            self.file_size.store(meta.len() as i64, Ordering::Relaxed);
+        }
     }
 
     /// Bytes of allocated pages as of the last commit (the file size before

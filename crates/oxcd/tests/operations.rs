@@ -2,7 +2,6 @@
 //! documented recovery runbook with etcdctl, alarms that survive a restart,
 //! and defragmentation under a concurrent read/write load.
 
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,35 +9,10 @@ use std::time::{Duration, Instant};
 use etcd_client::{Client, GetOptions};
 use testkit::Process;
 
-const NOSPACE: &str = "etcdserver: mvcc: database space exceeded";
+mod common;
+use common::etcdctl;
 
-/// Runs etcdctl 3.4 against `endpoint`; (success, stdout + stderr without
-/// clientv3's retry warnings).
-fn etcdctl(endpoint: &str, args: &[&str], stdin: Option<&[u8]>) -> (bool, String) {
-    use std::io::Write;
-    let mut child = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .args(["--endpoints", endpoint, "--command-timeout", "20s"])
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("etcdctl is installed (apt-get install etcd-client)");
-    let mut input = child.stdin.take().expect("piped");
-    if let Some(bytes) = stdin {
-        input.write_all(bytes).expect("etcdctl stdin");
-    }
-    drop(input);
-    let out = child.wait_with_output().expect("etcdctl runs");
-    let text: String = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr)
-            .lines()
-            .filter(|l| !l.starts_with("{\"level\""))
-            .map(|l| format!("{l}\n"))
-            .collect::<String>();
-    (out.status.success(), text)
-}
+const NOSPACE: &str = "etcdserver: mvcc: database space exceeded";
 
 fn status_json(endpoint: &str) -> serde_json::Value {
     let (ok, out) = etcdctl(endpoint, &["endpoint", "status", "-w", "json"], None);

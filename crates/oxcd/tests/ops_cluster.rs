@@ -4,26 +4,13 @@
 mod common;
 use common::{client, leader};
 
-use std::process::Command;
+fn etcdctl(endpoints: &[String], args: &[&str]) -> (bool, String) {
+    common::etcdctl(&endpoints.join(","), args, None)
+}
+
 use std::time::{Duration, Instant};
 
 use testkit::Cluster;
-
-fn etcdctl(endpoints: &[String], args: &[&str]) -> (bool, String) {
-    let out = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .args(["--endpoints", &endpoints.join(",")])
-        .args(args)
-        .output()
-        .expect("etcdctl is installed (apt-get install etcd-client)");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr)
-            .lines()
-            .filter(|l| !l.starts_with("{\"level\""))
-            .map(|l| format!("{l}\n"))
-            .collect::<String>();
-    (out.status.success(), text)
-}
 
 async fn member_id(endpoint: &str) -> u64 {
     let mut c = client(&[endpoint.to_string()]).await;

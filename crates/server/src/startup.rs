@@ -69,6 +69,18 @@ impl Transport for NoPeers {
     fn send(&self, _msgs: Vec<raft::eraftpb::Message>) {}
 }
 
+/// Binds a listener for `url` (resolved to `addr`); returns it with the
+/// address it got (port 0 resolved).
+async fn bind(url: &str, addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
+    let listen_error = |error| StartError::Listen {
+        url: url.to_string(),
+        error,
+    };
+    let listener = TcpListener::bind(addr).await.map_err(listen_error)?;
+    let local = listener.local_addr().map_err(listen_error)?;
+    Ok((listener, local))
+}
+
 /// Rebuilds the alarms from the backend's alarm table.
 pub(crate) fn recover_alarms(alarms: &Alarms, store: &Store) -> Result<(), StartError> {
     let records = store.side_records(mvcc::SideTable::Alarms)?;
@@ -474,16 +486,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     let mut serving = Vec::new();
     for url in &cfg.listen_peer_urls {
         let addr = parse_url(url)?;
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|error| StartError::Listen {
-                url: url.clone(),
-                error,
-            })?;
-        let local = listener.local_addr().map_err(|error| StartError::Listen {
-            url: url.clone(),
-            error,
-        })?;
+        let (listener, local) = bind(url, addr).await?;
         serving.push(tokio::spawn(serve_peers(
             server.clone(),
             listener,
@@ -511,16 +514,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         )));
     }
     for (url, addr) in cfg.listen_client_urls.iter().zip(client_addrs) {
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|error| StartError::Listen {
-                url: url.clone(),
-                error,
-            })?;
-        let local = listener.local_addr().map_err(|error| StartError::Listen {
-            url: url.clone(),
-            error,
-        })?;
+        let (listener, local) = bind(url, addr).await?;
         bound.push(local);
         serving.push(tokio::spawn(serve_clients(
             server.clone(),
@@ -530,16 +524,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         tracing::warn!(address = %local, "serving client traffic insecurely; this is strongly discouraged!");
     }
     for (url, addr) in cfg.listen_metrics_urls.iter().zip(metrics_addrs) {
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|error| StartError::Listen {
-                url: url.clone(),
-                error,
-            })?;
-        let local = listener.local_addr().map_err(|error| StartError::Listen {
-            url: url.clone(),
-            error,
-        })?;
+        let (listener, local) = bind(url, addr).await?;
         serving.push(tokio::spawn(serve_metrics(
             server.clone(),
             listener,

@@ -53,3 +53,31 @@ pub async fn leader(cluster: &Cluster) -> usize {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Runs etcdctl 3.4 against `endpoints` (comma-separated); (success, stdout
+/// + stderr without clientv3's retry warnings).
+pub fn etcdctl(endpoints: &str, args: &[&str], stdin: Option<&[u8]>) -> (bool, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args(["--endpoints", endpoints, "--command-timeout", "20s"])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("etcdctl is installed (apt-get install etcd-client)");
+    let mut input = child.stdin.take().expect("piped");
+    if let Some(bytes) = stdin {
+        input.write_all(bytes).expect("etcdctl stdin");
+    }
+    drop(input);
+    let out = child.wait_with_output().expect("etcdctl runs");
+    let text: String = String::from_utf8_lossy(&out.stdout).into_owned()
+        + &String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter(|l| !l.starts_with("{\"level\""))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>();
+    (out.status.success(), text)
+}

@@ -1,0 +1,18 @@
+//! Helpers for the crate's unit tests.
+
+use api::etcdserverpb::PutRequest;
+
+use crate::Store;
+
+/// Puts `key` = `value` (with `lease`) as the apply of raft entry `index`.
+pub(crate) fn put_at(store: &Store, index: u64, key: &str, value: impl AsRef<[u8]>, lease: i64) {
+    let mut w = store.write(index);
+    w.put(&PutRequest {
+        key: key.as_bytes().to_vec().into(),
+        value: value.as_ref().to_vec().into(),
+        lease,
+        ..Default::default()
+    })
+    .unwrap();
+    w.end();
+}

@@ -154,7 +154,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let leader = Store::open(&dir.path().join("leader.db")).unwrap();
         for i in 0..50 {
-            put_at(&leader, i + 1, &format!("k{i:02}"), &format!("v{i}"), 0);
+            put_at(&leader, i + 1, &format!("k{i:02}"), format!("v{i}"), 0);
         }
         leader.put_member(7, Some(b"m".to_vec()), 51);
         // Applied, never committed: the backup still carries it.

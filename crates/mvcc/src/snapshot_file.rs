@@ -463,7 +463,7 @@ mod tests {
                 &store,
                 i + 2,
                 &format!("k{i:03}"),
-                &"v".repeat(100),
+                "v".repeat(100),
                 if i < 3 { 9 } else { 0 },
             );
         }

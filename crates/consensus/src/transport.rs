@@ -5,6 +5,11 @@
 //! Never blocks the raft thread: `send` only `try_send`s into a bounded
 //! queue per peer and drops what does not fit (raft retransmits; a dead or
 //! slow peer costs memory bounded by `PEER_QUEUE_CAPACITY`).
+//!
+//! While a peer is connected, a prober times a `Probe` call on the same
+//! connection every [`PROBE_INTERVAL`]; the round trips, bytes and
+//! connection changes go to a [`NetworkObserver`] (the server's
+//! etcd_network_* metrics; this crate knows no metrics).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -12,11 +17,11 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use api::oxcdpeerpb::peer_client::PeerClient;
 use api::oxcdpeerpb::peer_server::{Peer, PeerServer};
-use api::oxcdpeerpb::{RaftBatch, SnapshotChunk, StreamAck};
+use api::oxcdpeerpb::{ProbeRequest, ProbeResponse, RaftBatch, SnapshotChunk, StreamAck};
 use parking_lot::RwLock;
 use protobuf::Message as _;
 use raft::eraftpb::{self, MessageType};
@@ -42,6 +47,38 @@ pub const MAX_PEER_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Bytes of backend per snapshot chunk.
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
+
+/// How often a connected peer's round trip is measured (etcd's
+/// proberInterval: ConnReadTimeout - 1 s).
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(4);
+/// A probe not answered in time is not observed (the stream's own failure
+/// shows the peer is gone).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Told what the transport sees, for etcd's etcd_network_* metrics.
+pub trait NetworkObserver: Send + Sync {
+    /// A probe to `to` came back after `rtt`.
+    fn round_trip(&self, to: u64, rtt: Duration);
+    /// Raft message bytes sent to `to`.
+    fn sent(&self, to: u64, bytes: u64);
+    /// Raft message bytes received from `from`.
+    fn received(&self, from: u64, bytes: u64);
+    /// Messages to `to` that could not be sent (queue full, stream broken).
+    fn send_failed(&self, to: u64, messages: u64);
+    /// The stream to `peer` connected (true) or broke (false).
+    fn connection(&self, peer: u64, active: bool);
+}
+
+/// Observes nothing.
+pub struct NoNetworkObserver;
+
+impl NetworkObserver for NoNetworkObserver {
+    fn round_trip(&self, _: u64, _: Duration) {}
+    fn sent(&self, _: u64, _: u64) {}
+    fn received(&self, _: u64, _: u64) {}
+    fn send_failed(&self, _: u64, _: u64) {}
+    fn connection(&self, _: u64, _: bool) {}
+}
 
 /// Makes backend snapshots for followers that need one.
 pub trait SnapshotSource: Send + Sync {
@@ -69,6 +106,7 @@ pub struct PeerTransport {
     dropped: AtomicU64,
     runtime: tokio::runtime::Handle,
     snapshots: OnceLock<(RaftHandle, Arc<dyn SnapshotSource>)>,
+    observer: Arc<dyn NetworkObserver>,
 }
 
 impl PeerTransport {
@@ -78,6 +116,7 @@ impl PeerTransport {
         cluster_id: u64,
         peers: &[(u64, String)],
         runtime: &tokio::runtime::Handle,
+        observer: Arc<dyn NetworkObserver>,
     ) -> Arc<PeerTransport> {
         let transport = Arc::new(PeerTransport {
             id,
@@ -86,6 +125,7 @@ impl PeerTransport {
             dropped: AtomicU64::new(0),
             runtime: runtime.clone(),
             snapshots: OnceLock::new(),
+            observer: observer.clone(),
         });
         for (peer, url) in peers {
             if *peer == id {
@@ -98,7 +138,13 @@ impl PeerTransport {
                 snapshot_in_flight: Arc::new(AtomicBool::new(false)),
             };
             transport.peers.write().insert(*peer, queue);
-            runtime.spawn(run_peer(id, *peer, url.clone(), cluster_id, rx));
+            let link = Link {
+                from: id,
+                to: *peer,
+                cluster_id,
+                observer: observer.clone(),
+            };
+            runtime.spawn(run_peer(link, url.clone(), rx));
         }
         transport
     }
@@ -252,19 +298,24 @@ impl Transport for PeerTransport {
             };
             if peer.tx.try_send(bytes).is_err() {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
+                self.observer.send_failed(msg.to, 1);
             }
         }
     }
 }
 
-/// One peer's sender: connect, stream batches, reconnect with back-off.
-async fn run_peer(
+/// One direction between two members.
+#[derive(Clone)]
+struct Link {
     from: u64,
     to: u64,
-    url: String,
     cluster_id: u64,
-    mut queue: mpsc::Receiver<Vec<u8>>,
-) {
+    observer: Arc<dyn NetworkObserver>,
+}
+
+/// One peer's sender: connect, stream batches, reconnect with back-off.
+async fn run_peer(link: Link, url: String, mut queue: mpsc::Receiver<Vec<u8>>) {
+    let to = link.to;
     let mut backoff = BACKOFF_MIN;
     let mut was_connected = false;
     loop {
@@ -280,26 +331,42 @@ async fn run_peer(
             Err(_) => {
                 if was_connected {
                     tracing::warn!(peer = %format!("{to:x}"), "lost TCP streaming connection with remote peer");
+                    link.observer.connection(to, false);
                     was_connected = false;
                 }
                 // Messages queued while the peer is unreachable are stale.
-                while queue.try_recv().is_ok() {}
+                let mut stale = 0;
+                while queue.try_recv().is_ok() {
+                    stale += 1;
+                }
+                if stale > 0 {
+                    link.observer.send_failed(to, stale);
+                }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(BACKOFF_MAX);
                 continue;
             }
         };
+        let prober = tokio::spawn(probe(link.clone(), PeerClient::new(channel.clone())));
         let mut client = PeerClient::new(channel).max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
         let (batches, wire) = mpsc::channel::<RaftBatch>(STREAM_WINDOW);
-        let call = tokio::spawn(async move { client.stream(ReceiverStream::new(wire)).await });
+        let mut call = tokio::spawn(async move { client.stream(ReceiverStream::new(wire)).await });
         if !was_connected {
             tracing::info!(peer = %format!("{to:x}"), "established TCP streaming connection with remote peer");
+            link.observer.connection(to, true);
             was_connected = true;
         }
-        backoff = BACKOFF_MIN;
         loop {
-            let Some(first) = queue.recv().await else {
+            // A stream that ends (the peer died, or refused us) is noticed
+            // at once, not at the next message: raft may send nothing to
+            // this peer for a long time (a follower talks only to its leader).
+            let first = tokio::select! {
+                first = queue.recv() => first,
+                _ = &mut call => break,
+            };
+            let Some(first) = first else {
                 call.abort();
+                prober.abort();
                 return; // the transport is gone: the member is stopping
             };
             let mut messages = vec![first];
@@ -309,18 +376,46 @@ async fn run_peer(
                     Err(_) => break,
                 }
             }
+            let count = messages.len() as u64;
+            let bytes: usize = messages.iter().map(Vec::len).sum();
             let batch = RaftBatch {
-                cluster_id,
-                from,
+                cluster_id: link.cluster_id,
+                from: link.from,
                 to,
                 messages: messages.into_iter().map(Into::into).collect(),
             };
             if call.is_finished() || batches.send(batch).await.is_err() {
+                link.observer.send_failed(to, count);
                 break;
             }
+            link.observer.sent(to, bytes as u64);
+            // Only a stream that carries batches resets the back-off: one
+            // the peer refuses at once must not be retried in a tight loop.
+            backoff = BACKOFF_MIN;
         }
         call.abort();
+        prober.abort();
         tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// Times a probe on the peer's connection now and every [`PROBE_INTERVAL`]
+/// while the connection lasts (the caller aborts it).
+async fn probe(link: Link, mut client: PeerClient<tonic::transport::Channel>) {
+    let mut ticks = tokio::time::interval(PROBE_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let request = ProbeRequest {
+            cluster_id: link.cluster_id,
+            from: link.from,
+            to: link.to,
+        };
+        let started = Instant::now();
+        if let Ok(Ok(_)) = tokio::time::timeout(PROBE_TIMEOUT, client.probe(request)).await {
+            link.observer.round_trip(link.to, started.elapsed());
+        }
     }
 }
 
@@ -331,6 +426,7 @@ pub struct PeerService {
     raft: RaftHandle,
     /// `<member_dir>/snap`, where received backend snapshots land.
     snap_dir: PathBuf,
+    observer: Arc<dyn NetworkObserver>,
 }
 
 impl PeerService {
@@ -339,12 +435,14 @@ impl PeerService {
         cluster_id: u64,
         raft: RaftHandle,
         snap_dir: PathBuf,
+        observer: Arc<dyn NetworkObserver>,
     ) -> PeerServer<PeerService> {
         PeerServer::new(PeerService {
             cluster_id,
             id,
             raft,
             snap_dir,
+            observer,
         })
         .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
     }
@@ -370,6 +468,8 @@ impl Peer for PeerService {
                     self.id, batch.to
                 )));
             }
+            let bytes: usize = batch.messages.iter().map(|m| m.len()).sum();
+            self.observer.received(batch.from, bytes as u64);
             for bytes in batch.messages {
                 let msg = eraftpb::Message::parse_from_bytes(&bytes)
                     .map_err(|e| Status::invalid_argument(format!("bad raft message: {e}")))?;
@@ -380,6 +480,19 @@ impl Peer for PeerService {
             }
         }
         Ok(Response::new(StreamAck {}))
+    }
+
+    async fn probe(
+        &self,
+        request: Request<ProbeRequest>,
+    ) -> Result<Response<ProbeResponse>, Status> {
+        let probe = request.into_inner();
+        if probe.cluster_id != self.cluster_id || probe.to != self.id {
+            return Err(Status::failed_precondition(
+                "probe for another cluster or member",
+            ));
+        }
+        Ok(Response::new(ProbeResponse {}))
     }
 
     async fn snapshot(

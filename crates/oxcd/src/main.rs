@@ -275,6 +275,7 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
         },
         watch_progress_notify_interval: flags.experimental_watch_progress_notify_interval,
         listen_metrics_urls: split_urls(&flags.listen_metrics_urls),
+        metrics_extensive: flags.metrics == "extensive",
         lease_checkpoint_interval: (flags.experimental_enable_lease_checkpoint
             || flags.experimental_enable_lease_checkpoint_persist)
             .then_some(flags.experimental_lease_checkpoint_interval)

@@ -43,6 +43,10 @@ const REQUIRED_METRICS: &[&str] = &[
     "etcd_cluster_version",
     "grpc_server_handled_total",
     "grpc_server_started_total",
+    "grpc_server_msg_received_total",
+    "grpc_server_msg_sent_total",
+    "etcd_network_client_grpc_received_bytes_total",
+    "etcd_network_client_grpc_sent_bytes_total",
     "process_resident_memory_bytes",
     "process_cpu_seconds_total",
     "process_open_fds",
@@ -80,6 +84,13 @@ fn metrics_have_etcds_names_and_move_with_writes() {
     let fsyncs = sample(&before, "etcd_disk_wal_fsync_duration_seconds_count").unwrap();
     let range_ok = "grpc_server_handled_total{grpc_code=\"OK\",grpc_method=\"Range\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"}";
     let ranges = sample(&before, range_ok).expect("series created up front");
+    let watch_sent = "grpc_server_msg_sent_total{grpc_method=\"Watch\",grpc_service=\"etcdserverpb.Watch\",grpc_type=\"bidi_stream\"}";
+    let watch_received = "grpc_server_msg_received_total{grpc_method=\"Watch\",grpc_service=\"etcdserverpb.Watch\",grpc_type=\"bidi_stream\"}";
+    assert_eq!(sample(&before, watch_sent), Some(0.0));
+    let sent_bytes = "etcd_network_client_grpc_sent_bytes_total";
+    let received_bytes = "etcd_network_client_grpc_received_bytes_total";
+    // Only `--metrics extensive` has the handling time histograms.
+    assert!(!before.contains("grpc_server_handling_seconds"));
 
     // "key0" .. "key9", twice each.
     for round in 0..2 {
@@ -95,6 +106,17 @@ fn metrics_have_etcds_names_and_move_with_writes() {
             .await
             .unwrap();
         client.get("key", None).await.unwrap();
+        // One watch stream: one create request, then the created response
+        // and one response per event.
+        let mut stream = client.watch("w", None).await.unwrap();
+        for _ in 0..3 {
+            client.put("w", "v", None).await.unwrap();
+        }
+        let mut events = 0;
+        while events < 3 {
+            let response = stream.message().await.unwrap().unwrap();
+            events += response.events().len();
+        }
     });
 
     let after = metrics(endpoint);
@@ -104,6 +126,16 @@ fn metrics_have_etcds_names_and_move_with_writes() {
         "fsync count {fsyncs} -> {fsyncs_after}"
     );
     assert!(sample(&after, range_ok).unwrap() >= ranges + 1.0);
+    assert_eq!(sample(&after, watch_received), Some(1.0));
+    assert!(
+        sample(&after, watch_sent).unwrap() >= 2.0,
+        "created + events: {after}"
+    );
+    // The range answered at least one empty header (~20 bytes) each way.
+    assert!(sample(&after, sent_bytes).unwrap() > sample(&before, sent_bytes).unwrap() + 20.0);
+    assert!(
+        sample(&after, received_bytes).unwrap() > sample(&before, received_bytes).unwrap() + 3.0
+    );
     assert!(sample(&after, "etcd_debugging_mvcc_keys_total").unwrap() >= 10.0);
     assert!(
         sample(&after, "etcd_server_proposals_applied_total").unwrap()
@@ -117,6 +149,30 @@ fn metrics_have_etcds_names_and_move_with_writes() {
     let health = http::get(&metrics_url, "/health").unwrap();
     assert_eq!(health.status, 200);
     assert_eq!(http::get(&metrics_url, "/version").unwrap().status, 404);
+}
+
+#[test]
+fn extensive_metrics_add_grpc_handling_time_histograms() {
+    let dir = tempfile::tempdir().unwrap();
+    let oxcd = Process::start_oxcd(
+        &testkit::oxcd_bin(),
+        dir.path(),
+        &["--metrics", "extensive"],
+    );
+    let put = "grpc_server_handling_seconds_count{grpc_method=\"Put\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"}";
+    let before = metrics(&oxcd.endpoint);
+    assert!(before.contains("# TYPE grpc_server_handling_seconds histogram"));
+    assert!(before.contains("grpc_server_handling_seconds_bucket{grpc_method=\"Put\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\",le=\"0.005\"} 0"));
+    assert_eq!(sample(&before, put), Some(0.0));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mut client = etcd_client::Client::connect([oxcd.endpoint.as_str()], None)
+            .await
+            .unwrap();
+        client.put("k", "v", None).await.unwrap();
+        client.put("k", "v", None).await.unwrap();
+    });
+    assert_eq!(sample(&metrics(&oxcd.endpoint), put), Some(2.0));
 }
 
 #[test]
@@ -151,6 +207,17 @@ fn health_and_version_answer_as_etcd_3_5() {
     assert_eq!(missing.body, "404 page not found\n");
 }
 
+/// Every sample whose series starts with `prefix`: (series, value).
+fn series<'a>(text: &'a str, prefix: &'a str) -> impl Iterator<Item = (&'a str, f64)> + 'a {
+    text.lines().filter_map(move |line| {
+        if !line.starts_with(prefix) {
+            return None;
+        }
+        let (name, value) = line.rsplit_once(' ')?;
+        Some((name, value.parse().ok()?))
+    })
+}
+
 /// Polls `/metrics` of member `i` until `check` accepts it.
 fn wait_metrics(cluster: &Cluster, i: usize, what: &str, check: impl Fn(&str) -> bool) -> String {
     let deadline = Instant::now() + ELECTION_DEADLINE;
@@ -181,6 +248,25 @@ fn leader_changes_are_counted_and_health_fails_without_leader() {
         std::thread::sleep(POLL);
     };
     let survivor = (leader + 1) % 3;
+    // Peer network metrics: the leader's two peers connected, probed, sent to.
+    let text = wait_metrics(&cluster, leader, "both peers probed", |text| {
+        series(text, "etcd_network_peer_round_trip_time_seconds_count{")
+            .filter(|(_, n)| *n >= 1.0)
+            .count()
+            == 2
+    });
+    let active: Vec<_> = series(&text, "etcd_network_active_peers{").collect();
+    assert_eq!(active.len(), 2, "{text}");
+    assert!(active.iter().all(|(_, n)| *n == 1.0), "{active:?}");
+    assert!(
+        series(&text, "etcd_network_peer_sent_bytes_total{").all(|(_, n)| n > 0.0),
+        "{text}"
+    );
+    assert!(text.contains("etcd_network_peer_round_trip_time_seconds_bucket{To=\""));
+    assert!(
+        text.contains(",le=\"3.2768\"}"),
+        "etcd 3.5's 16 RTT buckets"
+    );
     let seen = sample(
         &metrics(&cluster.endpoint(survivor)),
         "etcd_server_leader_changes_seen_total",
@@ -195,6 +281,15 @@ fn leader_changes_are_counted_and_health_fails_without_leader() {
     });
     let healthy = http::get(&cluster.endpoint(survivor), "/health").unwrap();
     assert_eq!(healthy.status, 200, "{}", healthy.body);
+    wait_metrics(
+        &cluster,
+        survivor,
+        "the dead leader's link is down",
+        |text| {
+            series(text, "etcd_network_active_peers{").any(|(_, n)| n == 0.0)
+                && series(text, "etcd_network_disconnected_peers_total{").any(|(_, n)| n >= 1.0)
+        },
+    );
 
     // Two of three gone: no quorum, no leader, /health says so (on the
     // way there a read in flight may fail first: "RANGE ERROR:...").

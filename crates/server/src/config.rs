@@ -38,6 +38,8 @@ pub struct ServerConfig {
     /// Extra listeners serving only /metrics and /health (etcd's
     /// --listen-metrics-urls).
     pub listen_metrics_urls: Vec<String>,
+    /// `--metrics extensive`: also the gRPC handling time histograms.
+    pub metrics_extensive: bool,
     /// How often the leader checkpoints remaining lease TTLs through raft
     /// (etcd's --experimental-lease-checkpoint-interval, used when
     /// --experimental-enable-lease-checkpoint is set); None: no checkpoints.
@@ -92,6 +94,7 @@ impl Default for ServerConfig {
             snapshot_catch_up_entries: 5000,
             watch_progress_notify_interval: Duration::from_secs(10 * 60),
             listen_metrics_urls: Vec::new(),
+            metrics_extensive: false,
             lease_checkpoint_interval: None,
             auto_compaction: None,
             auto_compaction_revision_interval: crate::compactor::REVISION_CHECK_INTERVAL,

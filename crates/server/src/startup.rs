@@ -365,7 +365,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         .iter()
         .map(|u| parse_url(u))
         .collect::<Result<_, _>>()?;
-    let metrics = Arc::new(Metrics::new(member.id));
+    let metrics = Arc::new(Metrics::new(member.id, cfg.metrics_extensive));
 
     let existed = identity.restarted;
     prepare_data_dir(&cfg)?;
@@ -425,6 +425,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
             cluster_id,
             &peers,
             &tokio::runtime::Handle::current(),
+            metrics.network.clone(),
         )
     });
     let transport: Arc<dyn Transport> = match &peer_transport {
@@ -570,6 +571,7 @@ async fn serve_peers(
         server.cluster_id,
         server.raft.clone(),
         snap_dir,
+        server.metrics.network.clone(),
     );
     let result = tonic::transport::Server::builder()
         .add_service(peer)

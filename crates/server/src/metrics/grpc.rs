@@ -1,22 +1,33 @@
-//! go-grpc-prometheus's server counters, as etcd registers them:
-//! grpc_server_started_total and grpc_server_handled_total, labeled
+//! go-grpc-prometheus's server metrics, as etcd registers them:
+//! grpc_server_started_total, grpc_server_handled_total,
+//! grpc_server_msg_received_total and grpc_server_msg_sent_total, labeled
 //! grpc_type / grpc_service / grpc_method (/ grpc_code), every series
-//! created up front for every etcd method as InitializeMetrics does.
+//! created up front for every etcd method as InitializeMetrics does; with
+//! `--metrics extensive`, grpc_server_handling_seconds too. Beside them
+//! etcd's etcd_network_client_grpc_{received,sent}_bytes_total (message
+//! payload bytes, what etcd counts with proto.Size).
 //!
 //! A tower layer on the client listener counts each gRPC call: started
 //! when the request arrives, handled when its status is known (in the
 //! response headers for a trailers-only answer, else in the trailers at the
 //! end of the body; a body dropped before its trailers is a call the client
-//! canceled). Per call: one hash lookup of the path and two atomic adds.
+//! canceled). Messages are counted as they complete in the request and
+//! response bodies by following gRPC's length-prefixed framing
+//! ([`MessageFraming`]). Per call: one hash lookup of the path and a few
+//! atomic adds per message.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::Instant;
 
+use bytes::Buf;
 use http_body::{Body, Frame};
-use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry,
+};
 
 /// gRPC's codes by number, as go-grpc-prometheus prints them.
 const CODES: [&str; 17] = [
@@ -93,9 +104,19 @@ const METHODS: &[(&str, &str, &str)] = &[
     ("v3lockpb.Lock", "Unlock", "unary"),
 ];
 
+/// prometheus.DefBuckets, go-grpc-prometheus's default for the handling
+/// time histogram.
+const HANDLING_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
 struct MethodCounters {
     started: IntCounter,
     handled: [IntCounter; CODES.len()],
+    msg_received: IntCounter,
+    msg_sent: IntCounter,
+    /// Only with `--metrics extensive`.
+    handling: Option<Histogram>,
 }
 
 /// The counters of every known method, by request path.
@@ -107,10 +128,19 @@ pub struct GrpcMetrics {
 struct Methods {
     index_by_path: HashMap<String, usize>,
     counters: Vec<MethodCounters>,
+    received_bytes: IntCounter,
+    sent_bytes: IntCounter,
+}
+
+fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: &T) {
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("metric registered once");
 }
 
 impl GrpcMetrics {
-    pub(super) fn new(registry: &Registry) -> GrpcMetrics {
+    /// `extensive`: also the handling time histogram (`--metrics extensive`).
+    pub(super) fn new(registry: &Registry, extensive: bool) -> GrpcMetrics {
         let started = IntCounterVec::new(
             Opts::new(
                 "grpc_server_started_total",
@@ -127,38 +157,147 @@ impl GrpcMetrics {
             &["grpc_type", "grpc_service", "grpc_method", "grpc_code"],
         )
         .expect("valid metric");
+        let labels = &["grpc_type", "grpc_service", "grpc_method"];
+        let msg_received = IntCounterVec::new(
+            Opts::new(
+                "grpc_server_msg_received_total",
+                "Total number of RPC stream messages received on the server.",
+            ),
+            labels,
+        )
+        .expect("valid metric");
+        let msg_sent = IntCounterVec::new(
+            Opts::new(
+                "grpc_server_msg_sent_total",
+                "Total number of gRPC stream messages sent by the server.",
+            ),
+            labels,
+        )
+        .expect("valid metric");
+        let handling = extensive.then(|| {
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "grpc_server_handling_seconds",
+                    "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.",
+                )
+                .buckets(HANDLING_BUCKETS.to_vec()),
+                labels,
+            )
+            .expect("valid metric")
+        });
+        let received_bytes = IntCounter::new(
+            "etcd_network_client_grpc_received_bytes_total",
+            "The total number of bytes received from grpc clients.",
+        )
+        .expect("valid metric");
+        let sent_bytes = IntCounter::new(
+            "etcd_network_client_grpc_sent_bytes_total",
+            "The total number of bytes sent to grpc clients.",
+        )
+        .expect("valid metric");
         let mut index_by_path = HashMap::with_capacity(METHODS.len());
         let mut counters = Vec::with_capacity(METHODS.len());
         for (service, method, kind) in METHODS {
+            let method_labels = [*kind, service, method];
             index_by_path.insert(format!("/{service}/{method}"), counters.len());
             counters.push(MethodCounters {
-                started: started.with_label_values(&[kind, service, method]),
+                started: started.with_label_values(&method_labels),
                 handled: CODES
                     .map(|code| handled.with_label_values(&[kind, service, method, code])),
+                msg_received: msg_received.with_label_values(&method_labels),
+                msg_sent: msg_sent.with_label_values(&method_labels),
+                handling: handling
+                    .as_ref()
+                    .map(|h| h.with_label_values(&method_labels)),
             });
         }
-        registry
-            .register(Box::new(started))
-            .expect("metric registered once");
-        registry
-            .register(Box::new(handled))
-            .expect("metric registered once");
+        register(registry, &started);
+        register(registry, &handled);
+        register(registry, &msg_received);
+        register(registry, &msg_sent);
+        if let Some(handling) = &handling {
+            register(registry, handling);
+        }
+        register(registry, &received_bytes);
+        register(registry, &sent_bytes);
         GrpcMetrics {
             inner: Arc::new(Methods {
                 index_by_path,
                 counters,
+                received_bytes,
+                sent_bytes,
             }),
         }
+    }
+
+    fn counters(&self, index: usize) -> &MethodCounters {
+        &self.inner.counters[index]
     }
 
     /// A call to `path` began; None for a path that is no etcd method.
     fn start(&self, path: &str) -> Option<Call> {
         let index = *self.inner.index_by_path.get(path)?;
-        self.inner.counters[index].started.inc();
+        let counters = self.counters(index);
+        counters.started.inc();
         Some(Call {
             metrics: self.clone(),
             index,
+            started: counters.handling.as_ref().map(|_| Instant::now()),
         })
+    }
+
+    fn received(&self, index: usize, messages: u64, bytes: u64) {
+        self.counters(index).msg_received.inc_by(messages);
+        self.inner.received_bytes.inc_by(bytes);
+    }
+
+    fn sent(&self, index: usize, messages: u64, bytes: u64) {
+        self.counters(index).msg_sent.inc_by(messages);
+        self.inner.sent_bytes.inc_by(bytes);
+    }
+}
+
+/// Follows gRPC's framing (a 1-byte compressed flag and a 4-byte big-endian
+/// length before each message) across body chunks of any size, counting the
+/// messages that complete and their payload bytes.
+#[derive(Default)]
+struct MessageFraming {
+    header: [u8; 5],
+    /// Header bytes seen of the current message (5: in its payload).
+    header_seen: usize,
+    /// The current message's payload length, and how much of it is still to come.
+    payload_len: u64,
+    payload_left: u64,
+}
+
+impl MessageFraming {
+    /// Consumes one chunk; returns (messages completed, their payload bytes).
+    fn push(&mut self, mut chunk: &[u8]) -> (u64, u64) {
+        let (mut messages, mut bytes) = (0, 0);
+        while !chunk.is_empty() {
+            if self.header_seen < self.header.len() {
+                let take = (self.header.len() - self.header_seen).min(chunk.len());
+                self.header[self.header_seen..self.header_seen + take]
+                    .copy_from_slice(&chunk[..take]);
+                self.header_seen += take;
+                chunk = &chunk[take..];
+                if self.header_seen < self.header.len() {
+                    break;
+                }
+                let [_, a, b, c, d] = self.header;
+                self.payload_len = u64::from(u32::from_be_bytes([a, b, c, d]));
+                self.payload_left = self.payload_len;
+            }
+            let take = self.payload_left.min(chunk.len() as u64);
+            self.payload_left -= take;
+            chunk = &chunk[take as usize..];
+            if self.payload_left == 0 {
+                messages += 1;
+                bytes += self.payload_len;
+                self.header_seen = 0;
+            }
+        }
+        (messages, bytes)
     }
 }
 
@@ -167,6 +306,8 @@ impl GrpcMetrics {
 struct Call {
     metrics: GrpcMetrics,
     index: usize,
+    /// When the call started, if its handling time is observed.
+    started: Option<Instant>,
 }
 
 impl Call {
@@ -176,7 +317,11 @@ impl Call {
     }
 
     fn count(&self, code: usize) {
-        self.metrics.inner.counters[self.index].handled[code.min(CODES.len() - 1)].inc();
+        let counters = self.metrics.counters(self.index);
+        counters.handled[code.min(CODES.len() - 1)].inc();
+        if let (Some(histogram), Some(started)) = (&counters.handling, self.started) {
+            histogram.observe(started.elapsed().as_secs_f64());
+        }
     }
 }
 
@@ -227,9 +372,9 @@ fn is_grpc<B>(request: &http::Request<B>) -> bool {
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
-impl<S, ReqBody, ResBody> tower::Service<http::Request<ReqBody>> for GrpcMetricsService<S>
+impl<S, ResBody> tower::Service<http::Request<tonic::body::Body>> for GrpcMetricsService<S>
 where
-    S: tower::Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+    S: tower::Service<http::Request<tonic::body::Body>, Response = http::Response<ResBody>>,
 {
     type Response = http::Response<CountedBody<ResBody>>;
     type Error = S::Error;
@@ -239,16 +384,71 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
         let call = if is_grpc(&request) {
             self.metrics.start(request.uri().path())
         } else {
             None
         };
+        let request = match &call {
+            Some(call) => {
+                let (metrics, index) = (call.metrics.clone(), call.index);
+                request.map(|body| {
+                    tonic::body::Body::new(CountedRequestBody {
+                        inner: body,
+                        framing: MessageFraming::default(),
+                        metrics,
+                        index,
+                    })
+                })
+            }
+            None => request,
+        };
         CountedFuture {
             inner: self.inner.call(request),
             call,
         }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A gRPC request body whose messages are counted as they arrive.
+    pub struct CountedRequestBody<B> {
+        #[pin]
+        inner: B,
+        framing: MessageFraming,
+        metrics: GrpcMetrics,
+        index: usize,
+    }
+}
+
+impl<B: Body<Data = bytes::Bytes>> Body for CountedRequestBody<B> {
+    type Data = bytes::Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.project();
+        let frame = ready!(this.inner.poll_frame(cx));
+        if let Some(Ok(frame)) = &frame {
+            if let Some(data) = frame.data_ref() {
+                let (messages, bytes) = this.framing.push(data);
+                if messages > 0 {
+                    this.metrics.received(*this.index, messages, bytes);
+                }
+            }
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -277,7 +477,11 @@ where
                     call.finish(code);
                 }
             }
-            response.map(|inner| CountedBody { inner, call })
+            response.map(|inner| CountedBody {
+                inner,
+                call,
+                framing: MessageFraming::default(),
+            })
         }))
     }
 }
@@ -287,6 +491,7 @@ pin_project_lite::pin_project! {
         #[pin]
         inner: B,
         call: Option<Call>,
+        framing: MessageFraming,
     }
 }
 
@@ -302,6 +507,12 @@ impl<B: Body> Body for CountedBody<B> {
         let frame = ready!(this.inner.poll_frame(cx));
         match &frame {
             Some(Ok(frame)) => {
+                if let (Some(data), Some(call)) = (frame.data_ref(), this.call.as_ref()) {
+                    let (messages, bytes) = this.framing.push(data.chunk());
+                    if messages > 0 {
+                        call.metrics.sent(call.index, messages, bytes);
+                    }
+                }
                 if let Some(trailers) = frame.trailers_ref() {
                     if let Some(call) = this.call.take() {
                         call.finish(status_code(trailers).unwrap_or(UNKNOWN));
@@ -328,5 +539,45 @@ impl<B: Body> Body for CountedBody<B> {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn framed(payloads: &[&[u8]]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for payload in payloads {
+            out.push(0);
+            out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+            out.extend_from_slice(payload);
+        }
+        out
+    }
+
+    #[test]
+    fn framing_counts_messages_split_anywhere() {
+        let wire = framed(&[b"hello", b"", b"0123456789"]);
+        for split in 0..=wire.len() {
+            let mut framing = MessageFraming::default();
+            let (m1, b1) = framing.push(&wire[..split]);
+            let (m2, b2) = framing.push(&wire[split..]);
+            assert_eq!((m1 + m2, b1 + b2), (3, 15), "split at {split}");
+        }
+        let mut framing = MessageFraming::default();
+        let total = wire
+            .iter()
+            .map(|b| framing.push(std::slice::from_ref(b)))
+            .fold((0, 0), |acc, (m, b)| (acc.0 + m, acc.1 + b));
+        assert_eq!(total, (3, 15));
+    }
+
+    #[test]
+    fn a_message_is_counted_only_once_complete() {
+        let wire = framed(&[b"abcdef"]);
+        let mut framing = MessageFraming::default();
+        assert_eq!(framing.push(&wire[..8]), (0, 0));
+        assert_eq!(framing.push(&wire[8..]), (1, 6));
     }
 }

@@ -12,6 +12,7 @@
 //! One registry per member (tests run several members in one process).
 
 pub mod grpc;
+pub mod network;
 
 use std::time::Duration;
 
@@ -35,6 +36,7 @@ pub struct Metrics {
     pub health_success: IntCounter,
     pub health_failures: IntCounter,
     pub grpc: grpc::GrpcMetrics,
+    pub network: std::sync::Arc<network::NetworkMetrics>,
     has_leader: IntGauge,
     is_leader: IntGauge,
     is_learner: IntGauge,
@@ -89,7 +91,8 @@ fn info_gauge(registry: &Registry, name: &str, help: &str, label: &str, value: &
 }
 
 impl Metrics {
-    pub fn new(member_id: u64) -> Metrics {
+    /// `extensive`: `--metrics extensive` (gRPC handling time histograms).
+    pub fn new(member_id: u64, extensive: bool) -> Metrics {
         let registry = Registry::new();
         #[cfg(target_os = "linux")]
         {
@@ -214,7 +217,8 @@ impl Metrics {
                 "Total size of the underlying database physically allocated in bytes.",
             ),
             keys_total: gauge(r, "etcd_debugging_mvcc_keys_total", "Total number of keys."),
-            grpc: grpc::GrpcMetrics::new(r),
+            grpc: grpc::GrpcMetrics::new(r, extensive),
+            network: std::sync::Arc::new(network::NetworkMetrics::new(r, member_id)),
             refresh: parking_lot::Mutex::new(()),
             registry,
         }

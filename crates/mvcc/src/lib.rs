@@ -100,6 +100,7 @@ mod range;
 pub mod revision;
 mod snapshot;
 pub mod snapshot_file;
+mod stats;
 mod store;
 mod txn;
 pub mod watch;
@@ -109,6 +110,7 @@ mod watch_sync;
 pub use backend::{scan_key_value, KeyValueFields, SideTable};
 pub use defrag::DefragStats;
 pub use revision::{Revision, RevisionKey};
+pub use stats::OpCounts;
 pub use store::{CommitObserver, LeaseLookup, Store};
 pub use txn::{is_txn_read_only, TxnWrite, WriteResult};
 pub use watch::{

@@ -81,6 +81,7 @@ pub struct Store {
     pub(crate) defrag_lock: Mutex<()>,
     /// Leased live keys found by the last load, until the lessor takes them.
     pub(crate) loaded_leased_keys: Mutex<Vec<(Bytes, i64)>>,
+    pub(crate) ops: crate::stats::OpCounters,
 }
 
 /// Receives the duration of every backend commit that wrote something
@@ -121,6 +122,7 @@ impl Store {
             commit_observer: std::sync::OnceLock::new(),
             lease_lookup: RwLock::new(None),
             loaded_leased_keys: Mutex::new(loaded.leased_keys),
+            ops: Default::default(),
             events_prev_kv: AtomicBool::new(true),
             watch: crate::watch::WatchHub::default(),
         })
@@ -184,6 +186,7 @@ impl Store {
     }
 
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
+        self.ops.range();
         let fetch_limit = range::fetch_limit(req);
         let (revisions, count, read_revision, current) = {
             let state = self.state.read();
@@ -276,6 +279,11 @@ impl Store {
 
     /// Begins the one write transaction; blocks while another is alive, so
     /// never call `commit`/`compact` on the same thread while holding one.
+    /// Ranges, puts, deletes and txns seen so far (for metrics).
+    pub fn op_counts(&self) -> crate::OpCounts {
+        self.ops.read()
+    }
+
     pub fn write(&self, consistent_index: u64) -> TxnWrite<'_> {
         let writer = self.writer.lock();
         let begin_revision = self.current_revision();
@@ -311,6 +319,7 @@ impl Store {
             state.compact_revision = revision;
             state.tree.compact(revision)
         };
+        self.ops.compacted(dropped.len());
         {
             let mut pending = self.pending.write();
             pending.deletions.extend(

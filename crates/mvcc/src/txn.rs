@@ -61,6 +61,8 @@ pub struct TxnWrite<'s> {
     changes: Vec<Change>,
     reader: ValueReader<'s>,
     ended: bool,
+    /// Range, put and delete ops run (counted when the transaction ends).
+    ops: u32,
 }
 
 impl<'s> TxnWrite<'s> {
@@ -78,6 +80,7 @@ impl<'s> TxnWrite<'s> {
             changes: Vec::new(),
             reader: ValueReader::new(store),
             ended: false,
+            ops: 0,
         }
     }
 
@@ -134,6 +137,8 @@ impl<'s> TxnWrite<'s> {
     }
 
     pub fn range(&mut self, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
+        self.store.ops.range();
+        self.ops += 1;
         let view = self.view_revision();
         let (revisions, count, read_revision) = {
             let state = self.store.state.read();
@@ -165,6 +170,8 @@ impl<'s> TxnWrite<'s> {
     }
 
     pub fn put(&mut self, req: &PutRequest) -> Result<PutResponse, MvccError> {
+        self.store.ops.put(req.key.len() + req.value.len());
+        self.ops += 1;
         // etcd's applier checks the lease before anything else.
         if !self.store.lease_exists(req.lease) {
             return Err(MvccError::LeaseNotFound);
@@ -231,6 +238,8 @@ impl<'s> TxnWrite<'s> {
         &mut self,
         req: &DeleteRangeRequest,
     ) -> Result<DeleteRangeResponse, MvccError> {
+        self.store.ops.delete();
+        self.ops += 1;
         let prev_kvs = if req.prev_kv {
             self.range_kvs(&req.key, &req.range_end)?
         } else {
@@ -486,6 +495,7 @@ impl<'s> TxnWrite<'s> {
 
 impl Drop for TxnWrite<'_> {
     fn drop(&mut self) {
+        self.store.ops.ended(self.ops);
         if !self.ended {
             self.rollback_to(0);
         }

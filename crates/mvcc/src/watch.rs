@@ -373,6 +373,17 @@ impl Store {
     pub fn watcher_count(&self) -> usize {
         self.watch.lock().watchers.len()
     }
+
+    /// (watch streams, watchers, unsynced watchers), for etcd's
+    /// etcd_debugging_mvcc_{watch_stream,watcher,slow_watcher}_total.
+    pub fn watch_counts(&self) -> (usize, usize, usize) {
+        let groups = self.watch.lock();
+        (
+            groups.streams.len(),
+            groups.watchers.len(),
+            groups.unsynced.len(),
+        )
+    }
 }
 
 /// One gRPC Watch stream's watchers and response queue. Dropping it cancels

@@ -47,6 +47,22 @@ const REQUIRED_METRICS: &[&str] = &[
     "grpc_server_msg_sent_total",
     "etcd_network_client_grpc_received_bytes_total",
     "etcd_network_client_grpc_sent_bytes_total",
+    "etcd_mvcc_put_total",
+    "etcd_mvcc_delete_total",
+    "etcd_mvcc_range_total",
+    "etcd_mvcc_txn_total",
+    "etcd_server_apply_duration_seconds",
+    "etcd_server_slow_apply_total",
+    "etcd_disk_backend_defrag_duration_seconds",
+    "etcd_disk_defrag_inflight",
+    "etcd_disk_backend_snapshot_duration_seconds",
+    "etcd_mvcc_hash_duration_seconds",
+    "etcd_mvcc_hash_rev_duration_seconds",
+    "etcd_debugging_mvcc_watcher_total",
+    "etcd_debugging_mvcc_watch_stream_total",
+    "etcd_debugging_mvcc_slow_watcher_total",
+    "etcd_debugging_lease_granted_total",
+    "etcd_debugging_server_lease_expired_total",
     "process_resident_memory_bytes",
     "process_cpu_seconds_total",
     "process_open_fds",
@@ -117,6 +133,8 @@ fn metrics_have_etcds_names_and_move_with_writes() {
             let response = stream.message().await.unwrap().unwrap();
             events += response.events().len();
         }
+        client.defragment().await.unwrap();
+        client.hash_kv(0).await.unwrap();
     });
 
     let after = metrics(endpoint);
@@ -127,6 +145,26 @@ fn metrics_have_etcds_names_and_move_with_writes() {
     );
     assert!(sample(&after, range_ok).unwrap() >= ranges + 1.0);
     assert_eq!(sample(&after, watch_received), Some(1.0));
+    assert_eq!(sample(&after, "etcd_mvcc_put_total"), Some(23.0));
+    assert_eq!(
+        sample(&after, "etcd_disk_backend_defrag_duration_seconds_count"),
+        Some(1.0)
+    );
+    assert_eq!(sample(&after, "etcd_disk_defrag_inflight"), Some(0.0));
+    assert_eq!(
+        sample(&after, "etcd_mvcc_hash_rev_duration_seconds_count"),
+        Some(1.0)
+    );
+    assert!(sample(&after, "etcd_mvcc_range_total").unwrap() >= 1.0);
+    assert!(
+        sample(
+            &after,
+            "etcd_server_apply_duration_seconds_count{op=\"Put\",success=\"true\",version=\"v3\"}"
+        )
+        .unwrap()
+            >= 23.0,
+        "{after}"
+    );
     assert!(
         sample(&after, watch_sent).unwrap() >= 2.0,
         "created + events: {after}"

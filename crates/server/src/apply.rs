@@ -27,6 +27,7 @@ use crate::alarms::{self, Alarms, Restriction};
 use crate::errors;
 use crate::lease::Lessor;
 use crate::membership::{encode_member, ClusterMembers};
+use crate::metrics::ops::ApplyOp;
 use crate::wait::Wait;
 
 /// etcd's backend batch limits: commit at least every 100 ms or 10k ops.
@@ -57,6 +58,7 @@ pub struct Applier {
     pub members: Arc<ClusterMembers>,
     pub lessor: Arc<Lessor>,
     pub alarms: Arc<Alarms>,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Applier {
@@ -194,7 +196,10 @@ impl Applier {
             }
         };
         let id = request.header.as_ref().map(|h| h.id).unwrap_or(request.id);
+        let op = apply_op(&request);
+        let started = std::time::Instant::now();
         let outcome = self.apply_request(request, entry.index);
+        self.metrics.ops.applied(op, outcome.is_ok(), started);
         self.wait.trigger(id, outcome);
     }
 
@@ -364,6 +369,7 @@ impl Applier {
     ) -> Result<LeaseGrantResponse, EtcdError> {
         match self.lessor.grant(req.id, req.ttl, Instant::now()) {
             Ok((ttl, record)) => {
+                self.metrics.ops.lease_granted.inc();
                 self.store
                     .put_side(SideTable::Leases, req.id as u64, Some(record), index);
                 Ok(LeaseGrantResponse {
@@ -409,6 +415,7 @@ impl Applier {
         let written = w.end();
         self.lessor.remove(req.id);
         self.lessor.on_events(&written.events);
+        self.metrics.ops.lease_revoked.inc();
         Ok(LeaseRevokeResponse {
             header: Some(ResponseHeader {
                 revision: written.revision,
@@ -443,5 +450,30 @@ impl Applier {
         Ok(CompactionResponse {
             header: Some(header),
         })
+    }
+}
+
+/// The kind of request an entry carries, for etcd_server_apply_duration_seconds.
+fn apply_op(request: &InternalRaftRequest) -> ApplyOp {
+    if request.put.is_some() {
+        ApplyOp::Put
+    } else if request.txn.is_some() {
+        ApplyOp::Txn
+    } else if request.delete_range.is_some() {
+        ApplyOp::DeleteRange
+    } else if request.lease_grant.is_some() {
+        ApplyOp::LeaseGrant
+    } else if request.lease_revoke.is_some() {
+        ApplyOp::LeaseRevoke
+    } else if request.lease_checkpoint.is_some() {
+        ApplyOp::LeaseCheckpoint
+    } else if request.compaction.is_some() {
+        ApplyOp::Compaction
+    } else if request.alarm.is_some() {
+        ApplyOp::Alarm
+    } else if request.cluster_member_attr_set.is_some() {
+        ApplyOp::ClusterMemberAttrSet
+    } else {
+        ApplyOp::Other
     }
 }

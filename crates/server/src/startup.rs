@@ -452,6 +452,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         members: members.clone(),
         lessor: lessor.clone(),
         alarms: alarms.clone(),
+        metrics: metrics.clone(),
     };
     let apply_thread = std::thread::Builder::new()
         .name("apply".into())

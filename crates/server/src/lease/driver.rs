@@ -174,6 +174,7 @@ impl EtcdServer {
                     ttl,
                     clear_checkpoint,
                 } => {
+                    self.metrics.ops.lease_renewed.inc();
                     if clear_checkpoint {
                         self.propose_checkpoints(vec![api::etcdserverpb::LeaseCheckpoint {
                             id,
@@ -279,6 +280,7 @@ pub async fn run_expiry(server: Arc<EtcdServer>, mut shutdown: watch::Receiver<b
         }
         let now = Instant::now();
         for id in server.lessor.expired(now, per_tick(LEASE_REVOKE_RATE)) {
+            server.metrics.ops.lease_expired.inc();
             let permit = tokio::select! {
                 permit = revokes.clone().acquire_owned() => match permit {
                     Ok(p) => p,

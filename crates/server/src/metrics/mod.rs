@@ -13,6 +13,8 @@
 
 pub mod grpc;
 pub mod network;
+pub mod ops;
+pub mod store;
 
 use std::time::Duration;
 
@@ -37,6 +39,8 @@ pub struct Metrics {
     pub health_failures: IntCounter,
     pub grpc: grpc::GrpcMetrics,
     pub network: std::sync::Arc<network::NetworkMetrics>,
+    pub ops: ops::OpsMetrics,
+    store: store::StoreMetrics,
     has_leader: IntGauge,
     is_leader: IntGauge,
     is_learner: IntGauge,
@@ -219,6 +223,8 @@ impl Metrics {
             keys_total: gauge(r, "etcd_debugging_mvcc_keys_total", "Total number of keys."),
             grpc: grpc::GrpcMetrics::new(r, extensive),
             network: std::sync::Arc::new(network::NetworkMetrics::new(r, member_id)),
+            ops: ops::OpsMetrics::new(r),
+            store: store::StoreMetrics::new(r),
             refresh: parking_lot::Mutex::new(()),
             registry,
         }
@@ -259,6 +265,7 @@ impl Metrics {
         self.keys_total.set(server.store.index_len() as i64);
         self.current_revision.set(server.store.current_revision());
         self.compact_revision.set(server.store.compact_revision());
+        self.store.refresh(&server.store);
     }
 
     /// The text exposition of every metric, refreshed first.

@@ -85,6 +85,7 @@ impl Maintenance for MaintenanceService {
         let store = self.server.store.clone();
         tracing::info!(path = %self.server.cfg.backend_path().display(),
             "current-db-size-bytes" = store.db_size(), "starting defragmentation");
+        let timer = self.server.metrics.ops.defrag_started();
         let stats = tokio::task::spawn_blocking(move || store.defragment())
             .await
             .map_err(|e| Status::internal(format!("defragmentation task failed: {e}")))?
@@ -98,6 +99,7 @@ impl Maintenance for MaintenanceService {
             "took" = ?stats.copy_time + stats.swap_time,
             "writes-deferred" = ?stats.copy_time,
             "finished defragmenting directory");
+        timer.finish();
         Ok(Response::new(DefragmentResponse {
             header: Some(self.server.header(self.server.store.current_revision())),
         }))
@@ -107,10 +109,12 @@ impl Maintenance for MaintenanceService {
     async fn hash(&self, request: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
         check_require_leader(&self.server, &request)?;
         let store = self.server.store.clone();
+        let timer = self.server.metrics.ops.hash_started();
         let (hash, revision) = tokio::task::spawn_blocking(move || store.hash())
             .await
             .map_err(|e| Status::internal(format!("hash task failed: {e}")))?
             .map_err(|e| errors::from_mvcc(&e))?;
+        timer.finish();
         Ok(Response::new(HashResponse {
             header: Some(self.server.header(revision)),
             hash,
@@ -123,11 +127,13 @@ impl Maintenance for MaintenanceService {
     ) -> Result<Response<HashKvResponse>, Status> {
         check_require_leader(&self.server, &request)?;
         let revision = request.get_ref().revision;
+        let timer = self.server.metrics.ops.hash_rev_started();
         let (hash, compact_revision, hash_revision) = self
             .server
             .store
             .hash_kv(revision)
             .map_err(|e| errors::from_mvcc(&e))?;
+        timer.finish();
         Ok(Response::new(HashKvResponse {
             header: Some(self.server.header(self.server.store.current_revision())),
             hash,

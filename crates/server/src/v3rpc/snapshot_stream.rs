@@ -53,8 +53,12 @@ pub fn start(server: Arc<EtcdServer>) -> ReceiverStream<Item> {
         if let Some(snap_dir) = temp.parent() {
             remove_stale_copies(snap_dir);
         }
-        if let Err(status) = send_snapshot(&server, &temp, &tx) {
-            let _ = tx.blocking_send(Err(status));
+        let timer = server.metrics.ops.snapshot_started();
+        match send_snapshot(&server, &temp, &tx) {
+            Ok(()) => timer.finish(),
+            Err(status) => {
+                let _ = tx.blocking_send(Err(status));
+            }
         }
         let _ = std::fs::remove_file(&temp);
     });

@@ -1,0 +1,228 @@
+//! etcd's metrics of operations the server times or counts as they happen:
+//! applies (etcdserver/metrics.go applySec, slowApplies), defragmentation
+//! and snapshots (mvcc/backend/metrics.go), hashes (mvcc/metrics.go) and the
+//! lessor's counters (lease/metrics.go).
+
+use std::time::{Duration, Instant};
+
+use prometheus::{
+    exponential_buckets, Histogram, HistogramOpts, HistogramVec, IntCounter, IntGauge, Registry,
+};
+
+use super::{counter, gauge};
+
+/// etcd's warnApplyDuration: an apply slower than this is a slow apply.
+pub const SLOW_APPLY: Duration = Duration::from_millis(100);
+
+/// The request kinds an entry applies, by etcd's op label.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ApplyOp {
+    Put,
+    DeleteRange,
+    Txn,
+    Compaction,
+    LeaseGrant,
+    LeaseRevoke,
+    LeaseCheckpoint,
+    Alarm,
+    ClusterMemberAttrSet,
+    Other,
+}
+
+impl ApplyOp {
+    const ALL: [ApplyOp; 10] = [
+        ApplyOp::Put,
+        ApplyOp::DeleteRange,
+        ApplyOp::Txn,
+        ApplyOp::Compaction,
+        ApplyOp::LeaseGrant,
+        ApplyOp::LeaseRevoke,
+        ApplyOp::LeaseCheckpoint,
+        ApplyOp::Alarm,
+        ApplyOp::ClusterMemberAttrSet,
+        ApplyOp::Other,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            ApplyOp::Put => "Put",
+            ApplyOp::DeleteRange => "DeleteRange",
+            ApplyOp::Txn => "Txn",
+            ApplyOp::Compaction => "Compaction",
+            ApplyOp::LeaseGrant => "LeaseGrant",
+            ApplyOp::LeaseRevoke => "LeaseRevoke",
+            ApplyOp::LeaseCheckpoint => "LeaseCheckpoint",
+            ApplyOp::Alarm => "Alarm",
+            ApplyOp::ClusterMemberAttrSet => "ClusterMemberAttrSet",
+            ApplyOp::Other => "Unknown",
+        }
+    }
+}
+
+pub struct OpsMetrics {
+    /// By [`ApplyOp`] index, then [failed, succeeded].
+    apply: Vec<[Histogram; 2]>,
+    slow_applies: IntCounter,
+    defrag: Histogram,
+    defrag_inflight: IntGauge,
+    snapshot: Histogram,
+    hash: Histogram,
+    hash_rev: Histogram,
+    pub lease_granted: IntCounter,
+    pub lease_revoked: IntCounter,
+    pub lease_renewed: IntCounter,
+    pub lease_expired: IntCounter,
+}
+
+fn histogram(r: &Registry, name: &str, help: &str, start: f64, count: usize) -> Histogram {
+    let buckets = exponential_buckets(start, 2.0, count).expect("valid buckets");
+    let histogram =
+        Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).expect("valid");
+    r.register(Box::new(histogram.clone()))
+        .expect("metric registered once");
+    histogram
+}
+
+impl OpsMetrics {
+    pub(super) fn new(r: &Registry) -> OpsMetrics {
+        let apply = HistogramVec::new(
+            HistogramOpts::new(
+                "etcd_server_apply_duration_seconds",
+                "The latency distributions of v2 apply called by backend.",
+            )
+            .buckets(exponential_buckets(0.0001, 2.0, 20).expect("valid buckets")),
+            &["version", "op", "success"],
+        )
+        .expect("valid metric");
+        r.register(Box::new(apply.clone()))
+            .expect("metric registered once");
+        OpsMetrics {
+            apply: ApplyOp::ALL
+                .iter()
+                .map(|op| {
+                    ["false", "true"].map(|ok| apply.with_label_values(&["v3", op.label(), ok]))
+                })
+                .collect(),
+            slow_applies: counter(
+                r,
+                "etcd_server_slow_apply_total",
+                "The total number of slow apply requests (likely overloaded from slow disk).",
+            ),
+            defrag: histogram(
+                r,
+                "etcd_disk_backend_defrag_duration_seconds",
+                "The latency distribution of backend defragmentation.",
+                0.1,
+                13,
+            ),
+            defrag_inflight: gauge(
+                r,
+                "etcd_disk_defrag_inflight",
+                "Whether or not defrag is active on the member. 1 means active, 0 means not.",
+            ),
+            snapshot: histogram(
+                r,
+                "etcd_disk_backend_snapshot_duration_seconds",
+                "The latency distribution of backend snapshots.",
+                0.01,
+                17,
+            ),
+            hash: histogram(
+                r,
+                "etcd_mvcc_hash_duration_seconds",
+                "The latency distribution of storage hash operation.",
+                0.01,
+                15,
+            ),
+            hash_rev: histogram(
+                r,
+                "etcd_mvcc_hash_rev_duration_seconds",
+                "The latency distribution of storage hash by revision operation.",
+                0.01,
+                15,
+            ),
+            lease_granted: counter(
+                r,
+                "etcd_debugging_lease_granted_total",
+                "The total number of granted leases.",
+            ),
+            lease_revoked: counter(
+                r,
+                "etcd_debugging_lease_revoked_total",
+                "The total number of revoked leases.",
+            ),
+            lease_renewed: counter(
+                r,
+                "etcd_debugging_lease_renewed_total",
+                "The number of renewed leases seen by the leader.",
+            ),
+            lease_expired: counter(
+                r,
+                "etcd_debugging_server_lease_expired_total",
+                "The total number of expired leases.",
+            ),
+        }
+    }
+
+    /// One applied entry of kind `op`, begun at `started`.
+    pub fn applied(&self, op: ApplyOp, succeeded: bool, started: Instant) {
+        let took = started.elapsed();
+        let index = ApplyOp::ALL.iter().position(|o| *o == op).unwrap_or(0);
+        self.apply[index][usize::from(succeeded)].observe(took.as_secs_f64());
+        if took > SLOW_APPLY {
+            self.slow_applies.inc();
+        }
+    }
+
+    /// Times a defragmentation, with etcd_disk_defrag_inflight set meanwhile.
+    pub fn defrag_started(&self) -> Timer<'_> {
+        self.defrag_inflight.set(1);
+        Timer {
+            histogram: &self.defrag,
+            started: Instant::now(),
+            inflight: Some(&self.defrag_inflight),
+        }
+    }
+
+    pub fn snapshot_started(&self) -> Timer<'_> {
+        Timer::new(&self.snapshot)
+    }
+
+    pub fn hash_started(&self) -> Timer<'_> {
+        Timer::new(&self.hash)
+    }
+
+    pub fn hash_rev_started(&self) -> Timer<'_> {
+        Timer::new(&self.hash_rev)
+    }
+}
+
+/// Observes the time from its creation to [`Timer::finish`]; dropped
+/// unfinished (the operation failed), it observes nothing.
+pub struct Timer<'a> {
+    histogram: &'a Histogram,
+    started: Instant,
+    inflight: Option<&'a IntGauge>,
+}
+
+impl<'a> Timer<'a> {
+    fn new(histogram: &'a Histogram) -> Timer<'a> {
+        Timer {
+            histogram,
+            started: Instant::now(),
+            inflight: None,
+        }
+    }
+
+    pub fn finish(self) {
+        self.histogram.observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+impl Drop for Timer<'_> {
+    fn drop(&mut self) {
+        if let Some(inflight) = self.inflight {
+            inflight.set(0);
+        }
+    }
+}

@@ -63,6 +63,7 @@ const REQUIRED_METRICS: &[&str] = &[
     "etcd_debugging_mvcc_slow_watcher_total",
     "etcd_debugging_lease_granted_total",
     "etcd_debugging_server_lease_expired_total",
+    "etcd_server_read_indexes_failed_total",
     "process_resident_memory_bytes",
     "process_cpu_seconds_total",
     "process_open_fds",

@@ -172,7 +172,8 @@ impl EtcdServer {
         let deadline = tokio::time::Instant::now() + self.cfg.request_timeout();
         let read_index = self
             .with_leader(deadline, || self.raft.read_index())
-            .await?;
+            .await
+            .inspect_err(|_| self.metrics.ops.read_indexes_failed.inc())?;
         self.wait_applied(read_index, deadline).await
     }
 

@@ -1,7 +1,7 @@
 //! etcd's metrics of operations the server times or counts as they happen:
 //! applies (etcdserver/metrics.go applySec, slowApplies), defragmentation
-//! and snapshots (mvcc/backend/metrics.go), hashes (mvcc/metrics.go) and the
-//! lessor's counters (lease/metrics.go).
+//! and snapshots (mvcc/backend/metrics.go), hashes (mvcc/metrics.go), failed
+//! read indexes and the lessor's counters (lease/metrics.go).
 
 use std::time::{Duration, Instant};
 
@@ -72,6 +72,7 @@ pub struct OpsMetrics {
     pub lease_revoked: IntCounter,
     pub lease_renewed: IntCounter,
     pub lease_expired: IntCounter,
+    pub read_indexes_failed: IntCounter,
 }
 
 fn histogram(r: &Registry, name: &str, help: &str, start: f64, count: usize) -> Histogram {
@@ -160,6 +161,11 @@ impl OpsMetrics {
                 r,
                 "etcd_debugging_server_lease_expired_total",
                 "The total number of expired leases.",
+            ),
+            read_indexes_failed: counter(
+                r,
+                "etcd_server_read_indexes_failed_total",
+                "The total number of failed read indexes seen.",
             ),
         }
     }

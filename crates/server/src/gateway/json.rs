@@ -251,6 +251,30 @@ impl<'a> Fields<'a> {
         }
     }
 
+    pub fn string(&self, name: &str) -> Result<String, Status> {
+        match self.get(name) {
+            None => Ok(String::new()),
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(other) => Err(invalid(format!(
+                "json: cannot unmarshal {} into Go value of type string",
+                json_kind(other)
+            ))),
+        }
+    }
+
+    pub fn strings(&self, name: &str) -> Result<Vec<String>, Status> {
+        self.list(name)?
+            .iter()
+            .map(|item| match item {
+                Value::String(s) => Ok(s.clone()),
+                other => Err(invalid(format!(
+                    "json: cannot unmarshal {} into Go value of type string",
+                    json_kind(other)
+                ))),
+            })
+            .collect()
+    }
+
     pub fn bytes(&self, name: &str) -> Result<Vec<u8>, Status> {
         match self.get(name) {
             None => Ok(Vec::new()),

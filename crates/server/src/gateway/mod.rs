@@ -8,10 +8,12 @@
 //! error, message, code and sends them chunked with a trailer; clients
 //! parse either).
 //!
-//! A unary route is one line of [`UNARY_ROUTES`] plus one [`unary!`].
-//! `lease/keepalive` (a stream, like watch) is not served yet: it needs the
-//! Lease service's keep-alive loop to take any request stream, as
-//! [`WatchService::open`] does.
+//! A route that takes one request is one line of [`ROUTES`] plus one
+//! [`unary!`] (or [`server_stream!`], answered with `{"result":...}` lines).
+//! `watch` and `lease/keepalive` are bidirectional streams: the body is a
+//! stream of concatenated JSON requests fed to the service's stream as they
+//! arrive ([`serve_bidi`]). etcd 3.5 serves HashKV on no gateway path
+//! (its annotation collides with Hash's), so neither do we.
 
 pub mod json;
 pub mod messages;
@@ -24,14 +26,15 @@ use api::etcdserverpb::cluster_server::Cluster;
 use api::etcdserverpb::kv_server::Kv;
 use api::etcdserverpb::lease_server::Lease;
 use api::etcdserverpb::maintenance_server::Maintenance;
-use api::etcdserverpb::WatchRequest;
+use api::v3electionpb::election_server::Election;
+use api::v3lockpb::lock_server::Lock;
 use axum::body::Body;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http::{header, HeaderValue, Method, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Status};
 
@@ -39,17 +42,21 @@ use crate::config::GRPC_OVERHEAD_BYTES;
 use crate::etcdserver::EtcdServer;
 use crate::http::{cors, method_not_allowed, options_ok};
 use crate::v3rpc::cluster::ClusterService;
+use crate::v3rpc::concurrency::LocalClient;
+use crate::v3rpc::election::ElectionService;
 use crate::v3rpc::kv::KvService;
-use crate::v3rpc::lease::LeaseService;
+use crate::v3rpc::lease::{KeepAliveStream, LeaseService};
+use crate::v3rpc::lock::LockService;
 use crate::v3rpc::maintenance::MaintenanceService;
-use crate::v3rpc::watch::WatchService;
+use crate::v3rpc::watch::{ResponseStream as WatchStream, WatchService};
 use messages::{to_json_string, FromJson, ToJson};
 
 /// Path prefixes the gateway answers under.
 pub const PREFIXES: [&str; 2] = ["/v3/", "/v3beta/"];
 
-/// Decoded watch requests queued ahead of the watch session.
-const WATCH_REQUEST_QUEUE: usize = 16;
+/// Decoded requests of a bidirectional stream queued ahead of its service;
+/// beyond it the body is not read (the client's writes wait).
+const STREAM_REQUEST_QUEUE: usize = 16;
 
 /// The services the gateway calls.
 pub struct Gateway {
@@ -59,16 +66,26 @@ pub struct Gateway {
     cluster: ClusterService,
     lease: LeaseService,
     watch: WatchService,
+    election: ElectionService,
+    lock: LockService,
 }
 
 impl Gateway {
-    pub fn new(server: Arc<EtcdServer>, watch: WatchService, lease: LeaseService) -> Gateway {
+    /// `shutdown` ends open streams when the member stops; `client` is the
+    /// member's own client that Election and Lock run their recipes on.
+    pub fn new(
+        server: Arc<EtcdServer>,
+        shutdown: watch::Receiver<bool>,
+        client: LocalClient,
+    ) -> Gateway {
         Gateway {
-            lease,
             kv: KvService::new(server.clone()),
             maintenance: MaintenanceService::new(server.clone()),
             cluster: ClusterService::new(server.clone()),
-            watch,
+            lease: LeaseService::new(server.clone(), shutdown.clone()),
+            watch: WatchService::new(server.clone(), shutdown),
+            election: ElectionService::new(client.clone()),
+            lock: LockService::new(client),
             server,
         }
     }
@@ -78,11 +95,21 @@ impl Gateway {
     }
 }
 
-type UnaryFuture<'a> = Pin<Box<dyn Future<Output = Result<String, Status>> + Send + 'a>>;
-pub type Unary = for<'a> fn(&'a Gateway, Value) -> UnaryFuture<'a>;
+/// A stream of `{"result":...}` lines (and a last error line on failure).
+type ResultLines = Pin<Box<dyn Stream<Item = Result<Bytes, std::convert::Infallible>> + Send>>;
 
-/// Decodes the request, calls the service, encodes its answer.
-fn call<'a, Req, Resp, F, Fut>(value: Value, method: F) -> UnaryFuture<'a>
+/// What a route answers with: one JSON message, or a stream of lines.
+pub enum Answer {
+    Message(String),
+    Lines(ResultLines),
+}
+
+type RouteFuture<'a> = Pin<Box<dyn Future<Output = Result<Answer, Status>> + Send + 'a>>;
+/// A route that takes one JSON request: unary or server-streaming.
+pub type Route = for<'a> fn(&'a Gateway, Value) -> RouteFuture<'a>;
+
+/// Decodes the request, calls the unary method, encodes its answer.
+fn call<'a, Req, Resp, F, Fut>(value: Value, method: F) -> RouteFuture<'a>
 where
     Req: FromJson + Send + 'a,
     Resp: ToJson,
@@ -92,14 +119,41 @@ where
     let request = Req::from_json(&value);
     Box::pin(async move {
         let response = method(tonic::Request::new(request?)).await?;
-        Ok(to_json_string(response.get_ref()))
+        Ok(Answer::Message(to_json_string(response.get_ref())))
+    })
+}
+
+/// Decodes the request, calls the server-streaming method, and answers
+/// with its responses as they come.
+fn call_stream<'a, Req, Resp, S, F, Fut>(value: Value, method: F) -> RouteFuture<'a>
+where
+    Req: FromJson + Send + 'a,
+    Resp: ToJson + Send + 'static,
+    S: Stream<Item = Result<Resp, Status>> + Send + 'static,
+    F: FnOnce(tonic::Request<Req>) -> Fut + Send + 'a,
+    Fut: Future<Output = Result<tonic::Response<S>, Status>> + Send + 'a,
+{
+    let request = Req::from_json(&value);
+    Box::pin(async move {
+        let responses = method(tonic::Request::new(request?)).await?;
+        Ok(Answer::Lines(Box::pin(result_lines(
+            responses.into_inner(),
+        ))))
     })
 }
 
 macro_rules! unary {
     ($name:ident, $service:ident . $method:ident) => {
-        fn $name(gateway: &Gateway, value: Value) -> UnaryFuture<'_> {
+        fn $name(gateway: &Gateway, value: Value) -> RouteFuture<'_> {
             call(value, move |request| gateway.$service.$method(request))
+        }
+    };
+}
+
+macro_rules! server_stream {
+    ($name:ident, $service:ident . $method:ident) => {
+        fn $name(gateway: &Gateway, value: Value) -> RouteFuture<'_> {
+            call_stream(value, move |request| gateway.$service.$method(request))
         }
     };
 }
@@ -109,22 +163,50 @@ unary!(kv_put, kv.put);
 unary!(kv_delete_range, kv.delete_range);
 unary!(kv_txn, kv.txn);
 unary!(kv_compact, kv.compact);
+unary!(maintenance_alarm, maintenance.alarm);
 unary!(maintenance_status, maintenance.status);
+unary!(maintenance_defragment, maintenance.defragment);
+unary!(maintenance_hash, maintenance.hash);
+server_stream!(maintenance_snapshot, maintenance.snapshot);
+unary!(maintenance_move_leader, maintenance.move_leader);
+unary!(maintenance_downgrade, maintenance.downgrade);
+unary!(cluster_member_add, cluster.member_add);
+unary!(cluster_member_remove, cluster.member_remove);
+unary!(cluster_member_update, cluster.member_update);
 unary!(cluster_member_list, cluster.member_list);
+unary!(cluster_member_promote, cluster.member_promote);
 unary!(lease_grant, lease.lease_grant);
 unary!(lease_revoke, lease.lease_revoke);
 unary!(lease_time_to_live, lease.lease_time_to_live);
 unary!(lease_leases, lease.lease_leases);
+unary!(election_campaign, election.campaign);
+unary!(election_proclaim, election.proclaim);
+unary!(election_leader, election.leader);
+server_stream!(election_observe, election.observe);
+unary!(election_resign, election.resign);
+unary!(lock_lock, lock.lock);
+unary!(lock_unlock, lock.unlock);
 
-/// Unary routes, under each of [`PREFIXES`].
-pub const UNARY_ROUTES: &[(&str, Unary)] = &[
+/// Routes that take one request, under each of [`PREFIXES`] (etcd's
+/// google.api.http annotations).
+pub const ROUTES: &[(&str, Route)] = &[
     ("kv/range", kv_range),
     ("kv/put", kv_put),
     ("kv/deleterange", kv_delete_range),
     ("kv/txn", kv_txn),
     ("kv/compaction", kv_compact),
+    ("maintenance/alarm", maintenance_alarm),
     ("maintenance/status", maintenance_status),
+    ("maintenance/defragment", maintenance_defragment),
+    ("maintenance/hash", maintenance_hash),
+    ("maintenance/snapshot", maintenance_snapshot),
+    ("maintenance/transfer-leadership", maintenance_move_leader),
+    ("maintenance/downgrade", maintenance_downgrade),
+    ("cluster/member/add", cluster_member_add),
+    ("cluster/member/remove", cluster_member_remove),
+    ("cluster/member/update", cluster_member_update),
     ("cluster/member/list", cluster_member_list),
+    ("cluster/member/promote", cluster_member_promote),
     ("lease/grant", lease_grant),
     ("lease/revoke", lease_revoke),
     ("kv/lease/revoke", lease_revoke),
@@ -132,7 +214,28 @@ pub const UNARY_ROUTES: &[(&str, Unary)] = &[
     ("kv/lease/timetolive", lease_time_to_live),
     ("lease/leases", lease_leases),
     ("kv/lease/leases", lease_leases),
+    ("election/campaign", election_campaign),
+    ("election/proclaim", election_proclaim),
+    ("election/leader", election_leader),
+    ("election/observe", election_observe),
+    ("election/resign", election_resign),
+    ("lock/lock", lock_lock),
+    ("lock/unlock", lock_unlock),
 ];
+
+/// The requests of a bidirectional stream, decoded from the body.
+type Inbound<Req> = ReceiverStream<Result<Req, Status>>;
+
+fn open_watch(gateway: &Gateway, inbound: Inbound<api::etcdserverpb::WatchRequest>) -> WatchStream {
+    gateway.watch.open(inbound, false)
+}
+
+fn open_keep_alive(
+    gateway: &Gateway,
+    inbound: Inbound<api::etcdserverpb::LeaseKeepAliveRequest>,
+) -> KeepAliveStream {
+    gateway.lease.open(inbound, false)
+}
 
 /// The HTTP status grpc-gateway v1 gives a gRPC code (HTTPStatusFromCode).
 fn http_status(code: Code) -> StatusCode {
@@ -189,10 +292,10 @@ fn bad_json(error: serde_json::Error) -> Status {
     Status::invalid_argument(error.to_string())
 }
 
-/// Serves one unary route.
-pub async fn serve_unary(
+/// Serves one route that takes one request.
+pub async fn serve_route(
     gateway: Arc<Gateway>,
-    route: Unary,
+    route: Route,
     request: http::Request<Body>,
 ) -> http::Response<Body> {
     if request.method() == Method::OPTIONS {
@@ -215,7 +318,8 @@ pub async fn serve_unary(
         }
     };
     match route(&gateway, value).await {
-        Ok(json) => json_response(StatusCode::OK, json, true),
+        Ok(Answer::Message(json)) => json_response(StatusCode::OK, json, true),
+        Ok(Answer::Lines(lines)) => lines_response(lines),
         Err(status) => error_response(&status),
     }
 }
@@ -272,12 +376,19 @@ fn stream_error_line(status: &Status) -> Bytes {
     ))
 }
 
-/// Serves POST /v3/watch: the body is a stream of JSON WatchRequests, the
-/// answer a stream of `{"result":WatchResponse}` lines.
-pub async fn serve_watch(
+/// Serves a bidirectional stream route (watch, lease/keepalive): the body
+/// is a stream of JSON requests, the answer a stream of `{"result":...}`
+/// lines. The stream `open` returns ends the answer.
+pub async fn serve_bidi<Req, Resp, S>(
     gateway: Arc<Gateway>,
     request: http::Request<Body>,
-) -> http::Response<Body> {
+    open: fn(&Gateway, Inbound<Req>) -> S,
+) -> http::Response<Body>
+where
+    Req: FromJson + Send + 'static,
+    Resp: ToJson + Send + 'static,
+    S: Stream<Item = Result<Resp, Status>> + Send + 'static,
+{
     if request.method() == Method::OPTIONS {
         return options_ok();
     }
@@ -288,7 +399,8 @@ pub async fn serve_watch(
     let mut body = request.into_body();
     let mut values = JsonValues { buffer: Vec::new() };
     // The first request is read before answering, so that a body that is
-    // not JSON gets a plain error response as grpc-gateway gives it.
+    // not a request gets a plain error response as grpc-gateway gives it
+    // (code Unknown: the stream's first Recv failed).
     let mut first = Vec::new();
     let mut ended = false;
     while first.is_empty() && !ended {
@@ -315,13 +427,13 @@ pub async fn serve_watch(
     }
     let mut requests = Vec::with_capacity(first.len());
     for value in &first {
-        match WatchRequest::from_json(value) {
+        match Req::from_json(value) {
             Ok(request) => requests.push(request),
-            Err(status) => return error_response(&status),
+            Err(status) => return error_response(&Status::unknown(status.message())),
         }
     }
 
-    let (tx, rx) = mpsc::channel::<Result<WatchRequest, Status>>(WATCH_REQUEST_QUEUE);
+    let (tx, rx) = mpsc::channel::<Result<Req, Status>>(STREAM_REQUEST_QUEUE);
     tokio::spawn(async move {
         for request in requests {
             if tx.send(Ok(request)).await.is_err() {
@@ -350,18 +462,25 @@ pub async fn serve_watch(
                 return;
             }
             for value in parsed {
-                let request = WatchRequest::from_json(&value);
+                let request = Req::from_json(&value);
                 let failed = request.is_err();
                 if tx.send(request).await.is_err() || failed {
                     return;
                 }
             }
         }
-        // Dropping `tx` half-closes: events keep flowing until the client leaves.
+        // Dropping `tx` half-closes the service's stream: a watch goes on
+        // until the client leaves, a keep-alive stream ends.
     });
 
-    let responses = gateway.watch.open(ReceiverStream::new(rx), false);
-    let lines = result_lines(responses);
+    lines_response(Box::pin(result_lines(open(
+        &gateway,
+        ReceiverStream::new(rx),
+    ))))
+}
+
+/// 200 with a body of result lines, and grpc-gateway's headers.
+fn lines_response(lines: ResultLines) -> http::Response<Body> {
     let mut response = http::Response::new(Body::from_stream(lines));
     let headers = response.headers_mut();
     headers.insert(
@@ -407,21 +526,28 @@ where
 pub fn router(gateway: Arc<Gateway>) -> axum::Router {
     let mut router = axum::Router::new();
     for prefix in PREFIXES {
-        for (path, route) in UNARY_ROUTES {
+        for (path, route) in ROUTES {
             let gateway = gateway.clone();
             let route = *route;
             router = router.route(
                 &format!("{prefix}{path}"),
                 axum::routing::any(move |request: http::Request<Body>| {
-                    serve_unary(gateway.clone(), route, request)
+                    serve_route(gateway.clone(), route, request)
                 }),
             );
         }
-        let gateway = gateway.clone();
+        let watch = gateway.clone();
         router = router.route(
             &format!("{prefix}watch"),
             axum::routing::any(move |request: http::Request<Body>| {
-                serve_watch(gateway.clone(), request)
+                serve_bidi(watch.clone(), request, open_watch)
+            }),
+        );
+        let keep_alive = gateway.clone();
+        router = router.route(
+            &format!("{prefix}lease/keepalive"),
+            axum::routing::any(move |request: http::Request<Body>| {
+                serve_bidi(keep_alive.clone(), request, open_keep_alive)
             }),
         );
     }

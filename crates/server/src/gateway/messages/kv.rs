@@ -1,21 +1,17 @@
-//! The JSON form of each message the gateway carries, field by field in
-//! .proto order with etcd's .proto field names (which is what grpc-gateway
-//! prints: `dbSize`, `peerURLs` and `ID` are the names in etcd's rpc.proto).
+//! KV and Watch messages.
 
 use api::etcdserverpb::{
     compare, request_op, response_op, watch_request, CompactionRequest, CompactionResponse,
-    Compare, DeleteRangeRequest, DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse,
-    LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseStatus,
-    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, Member, MemberListRequest, MemberListResponse,
-    PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp, ResponseHeader, ResponseOp,
-    StatusRequest, StatusResponse, TxnRequest, TxnResponse, WatchCancelRequest, WatchCreateRequest,
-    WatchProgressRequest, WatchRequest, WatchResponse,
+    Compare, DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse, RangeRequest,
+    RangeResponse, RequestOp, ResponseOp, TxnRequest, TxnResponse, WatchCancelRequest,
+    WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
 };
-use api::mvccpb::{Event, KeyValue};
+use api::mvccpb::Event;
 use serde_json::Value;
 use tonic::Status;
 
-use super::json::{Fields, Obj};
+use super::{header, key_value, list, FromJson, ToJson};
+use crate::gateway::json::{Fields, Obj};
 
 const SORT_ORDER: &[&str] = &["NONE", "ASCEND", "DESCEND"];
 const SORT_TARGET: &[&str] = &["KEY", "VERSION", "CREATE", "MOD", "VALUE"];
@@ -23,22 +19,6 @@ const COMPARE_RESULT: &[&str] = &["EQUAL", "GREATER", "LESS", "NOT_EQUAL"];
 const COMPARE_TARGET: &[&str] = &["VERSION", "CREATE", "MOD", "VALUE", "LEASE"];
 const FILTER_TYPE: &[&str] = &["NOPUT", "NODELETE"];
 const EVENT_TYPE: &[&str] = &["PUT", "DELETE"];
-
-/// Turns a JSON request body into a request message.
-pub trait FromJson: Sized {
-    fn from_json(value: &Value) -> Result<Self, Status>;
-}
-
-/// Writes a response message as JSON.
-pub trait ToJson {
-    fn to_json(&self, out: &mut String);
-}
-
-pub fn to_json_string<T: ToJson>(message: &T) -> String {
-    let mut out = String::with_capacity(256);
-    message.to_json(&mut out);
-    out
-}
 
 // ---- requests ----
 
@@ -138,10 +118,6 @@ impl FromJson for RequestOp {
     }
 }
 
-fn list<T: FromJson>(f: &Fields<'_>, name: &str) -> Result<Vec<T>, Status> {
-    f.list(name)?.iter().map(T::from_json).collect()
-}
-
 impl FromJson for TxnRequest {
     fn from_json(value: &Value) -> Result<Self, Status> {
         let f = Fields::of(value)?;
@@ -212,77 +188,7 @@ impl FromJson for WatchRequest {
     }
 }
 
-impl FromJson for StatusRequest {
-    fn from_json(value: &Value) -> Result<Self, Status> {
-        Fields::of(value)?;
-        Ok(StatusRequest {})
-    }
-}
-
-impl FromJson for MemberListRequest {
-    fn from_json(value: &Value) -> Result<Self, Status> {
-        let f = Fields::of(value)?;
-        Ok(MemberListRequest {
-            linearizable: f.bool("linearizable")?,
-        })
-    }
-}
-
-impl FromJson for LeaseGrantRequest {
-    fn from_json(value: &Value) -> Result<Self, Status> {
-        let f = Fields::of(value)?;
-        Ok(LeaseGrantRequest {
-            ttl: f.int("TTL")?,
-            id: f.int("ID")?,
-        })
-    }
-}
-
-impl FromJson for LeaseRevokeRequest {
-    fn from_json(value: &Value) -> Result<Self, Status> {
-        let f = Fields::of(value)?;
-        Ok(LeaseRevokeRequest { id: f.int("ID")? })
-    }
-}
-
-impl FromJson for LeaseTimeToLiveRequest {
-    fn from_json(value: &Value) -> Result<Self, Status> {
-        let f = Fields::of(value)?;
-        Ok(LeaseTimeToLiveRequest {
-            id: f.int("ID")?,
-            keys: f.bool("keys")?,
-        })
-    }
-}
-
-impl FromJson for LeaseLeasesRequest {
-    fn from_json(value: &Value) -> Result<Self, Status> {
-        Fields::of(value)?;
-        Ok(LeaseLeasesRequest {})
-    }
-}
-
 // ---- responses ----
-
-fn header(out: &mut String, h: &ResponseHeader) {
-    let mut o = Obj::new(out);
-    o.int("cluster_id", h.cluster_id)
-        .int("member_id", h.member_id)
-        .int("revision", h.revision)
-        .int("raft_term", h.raft_term);
-    o.end();
-}
-
-fn key_value(out: &mut String, kv: &KeyValue) {
-    let mut o = Obj::new(out);
-    o.bytes("key", &kv.key)
-        .int("create_revision", kv.create_revision)
-        .int("mod_revision", kv.mod_revision)
-        .int("version", kv.version)
-        .bytes("value", &kv.value)
-        .int("lease", kv.lease);
-    o.end();
-}
 
 fn event(out: &mut String, e: &Event) {
     let mut o = Obj::new(out);
@@ -388,91 +294,11 @@ impl ToJson for WatchResponse {
     }
 }
 
-impl ToJson for StatusResponse {
-    fn to_json(&self, out: &mut String) {
-        let mut o = Obj::new(out);
-        o.msg("header", self.header.as_ref(), header)
-            .str("version", &self.version)
-            .int("dbSize", self.db_size)
-            .int("leader", self.leader)
-            .int("raftIndex", self.raft_index)
-            .int("raftTerm", self.raft_term)
-            .int("raftAppliedIndex", self.raft_applied_index)
-            .strings("errors", &self.errors)
-            .int("dbSizeInUse", self.db_size_in_use)
-            .bool("isLearner", self.is_learner);
-        o.end();
-    }
-}
-
-impl ToJson for LeaseGrantResponse {
-    fn to_json(&self, out: &mut String) {
-        let mut o = Obj::new(out);
-        o.msg("header", self.header.as_ref(), header)
-            .int("ID", self.id)
-            .int("TTL", self.ttl)
-            .str("error", &self.error);
-        o.end();
-    }
-}
-
-impl ToJson for LeaseRevokeResponse {
-    fn to_json(&self, out: &mut String) {
-        let mut o = Obj::new(out);
-        o.msg("header", self.header.as_ref(), header);
-        o.end();
-    }
-}
-
-impl ToJson for LeaseTimeToLiveResponse {
-    fn to_json(&self, out: &mut String) {
-        let mut o = Obj::new(out);
-        o.msg("header", self.header.as_ref(), header)
-            .int("ID", self.id)
-            .int("TTL", self.ttl)
-            .int("grantedTTL", self.granted_ttl)
-            .bytes_list("keys", &self.keys);
-        o.end();
-    }
-}
-
-fn lease_status(out: &mut String, l: &LeaseStatus) {
-    let mut o = Obj::new(out);
-    o.int("ID", l.id);
-    o.end();
-}
-
-impl ToJson for LeaseLeasesResponse {
-    fn to_json(&self, out: &mut String) {
-        let mut o = Obj::new(out);
-        o.msg("header", self.header.as_ref(), header)
-            .msgs("leases", &self.leases, lease_status);
-        o.end();
-    }
-}
-
-fn member(out: &mut String, m: &Member) {
-    let mut o = Obj::new(out);
-    o.int("ID", m.id)
-        .str("name", &m.name)
-        .strings("peerURLs", &m.peer_ur_ls)
-        .strings("clientURLs", &m.client_ur_ls)
-        .bool("isLearner", m.is_learner);
-    o.end();
-}
-
-impl ToJson for MemberListResponse {
-    fn to_json(&self, out: &mut String) {
-        let mut o = Obj::new(out);
-        o.msg("header", self.header.as_ref(), header)
-            .msgs("members", &self.members, member);
-        o.end();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gateway::messages::to_json_string;
+    use api::mvccpb::KeyValue;
 
     #[test]
     fn txn_request_with_nested_ops_and_compare_targets() {

@@ -17,6 +17,7 @@
 
 pub mod json;
 pub mod messages;
+mod stream;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,13 +30,10 @@ use api::etcdserverpb::maintenance_server::Maintenance;
 use api::v3electionpb::election_server::Election;
 use api::v3lockpb::lock_server::Lock;
 use axum::body::Body;
-use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use http::{header, HeaderValue, Method, StatusCode};
-use http_body_util::BodyExt;
 use serde_json::Value;
-use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::watch;
 use tonic::{Code, Status};
 
 use crate::config::GRPC_OVERHEAD_BYTES;
@@ -50,13 +48,10 @@ use crate::v3rpc::lock::LockService;
 use crate::v3rpc::maintenance::MaintenanceService;
 use crate::v3rpc::watch::{ResponseStream as WatchStream, WatchService};
 use messages::{to_json_string, FromJson, ToJson};
+use stream::{lines_response, result_lines, serve_bidi, Inbound, ResultLines};
 
 /// Path prefixes the gateway answers under.
 pub const PREFIXES: [&str; 2] = ["/v3/", "/v3beta/"];
-
-/// Decoded requests of a bidirectional stream queued ahead of its service;
-/// beyond it the body is not read (the client's writes wait).
-const STREAM_REQUEST_QUEUE: usize = 16;
 
 /// The services the gateway calls.
 pub struct Gateway {
@@ -94,9 +89,6 @@ impl Gateway {
         self.server.cfg.max_request_bytes + GRPC_OVERHEAD_BYTES
     }
 }
-
-/// A stream of `{"result":...}` lines (and a last error line on failure).
-type ResultLines = Pin<Box<dyn Stream<Item = Result<Bytes, std::convert::Infallible>> + Send>>;
 
 /// What a route answers with: one JSON message, or a stream of lines.
 pub enum Answer {
@@ -223,9 +215,6 @@ pub const ROUTES: &[(&str, Route)] = &[
     ("lock/unlock", lock_unlock),
 ];
 
-/// The requests of a bidirectional stream, decoded from the body.
-type Inbound<Req> = ReceiverStream<Result<Req, Status>>;
-
 fn open_watch(gateway: &Gateway, inbound: Inbound<api::etcdserverpb::WatchRequest>) -> WatchStream {
     gateway.watch.open(inbound, false)
 }
@@ -324,204 +313,6 @@ pub async fn serve_route(
     }
 }
 
-/// Splits a growing buffer into the complete JSON values at its front.
-struct JsonValues {
-    buffer: Vec<u8>,
-}
-
-impl JsonValues {
-    fn push(&mut self, chunk: &[u8]) -> Result<Vec<Value>, serde_json::Error> {
-        self.buffer.extend_from_slice(chunk);
-        let mut values = Vec::new();
-        let mut consumed = 0;
-        {
-            let mut stream = serde_json::Deserializer::from_slice(&self.buffer).into_iter();
-            loop {
-                match stream.next() {
-                    Some(Ok(value)) => {
-                        values.push(value);
-                        consumed = stream.byte_offset();
-                    }
-                    Some(Err(e)) if e.is_eof() => break,
-                    Some(Err(e)) => return Err(e),
-                    None => {
-                        consumed = self.buffer.len();
-                        break;
-                    }
-                }
-            }
-        }
-        self.buffer.drain(..consumed);
-        Ok(values)
-    }
-
-    fn finish(&self) -> Result<(), serde_json::Error> {
-        if self.buffer.iter().all(u8::is_ascii_whitespace) {
-            return Ok(());
-        }
-        serde_json::from_slice::<Value>(&self.buffer).map(|_| ())
-    }
-}
-
-/// grpc-gateway's in-stream error object (runtime.streamError).
-fn stream_error_line(status: &Status) -> Bytes {
-    let http = http_status(status.code());
-    let message = serde_json::to_string(status.message()).unwrap_or_else(|_| "\"\"".into());
-    let reason = serde_json::to_string(http.canonical_reason().unwrap_or(""))
-        .unwrap_or_else(|_| "\"\"".into());
-    Bytes::from(format!(
-        "{{\"error\":{{\"grpc_code\":{},\"http_code\":{},\"message\":{message},\"http_status\":{reason}}}}}\n",
-        status.code() as i32,
-        http.as_u16()
-    ))
-}
-
-/// Serves a bidirectional stream route (watch, lease/keepalive): the body
-/// is a stream of JSON requests, the answer a stream of `{"result":...}`
-/// lines. The stream `open` returns ends the answer.
-pub async fn serve_bidi<Req, Resp, S>(
-    gateway: Arc<Gateway>,
-    request: http::Request<Body>,
-    open: fn(&Gateway, Inbound<Req>) -> S,
-) -> http::Response<Body>
-where
-    Req: FromJson + Send + 'static,
-    Resp: ToJson + Send + 'static,
-    S: Stream<Item = Result<Resp, Status>> + Send + 'static,
-{
-    if request.method() == Method::OPTIONS {
-        return options_ok();
-    }
-    if request.method() != Method::POST {
-        return method_not_allowed(None);
-    }
-    let max_body = gateway.max_body();
-    let mut body = request.into_body();
-    let mut values = JsonValues { buffer: Vec::new() };
-    // The first request is read before answering, so that a body that is
-    // not a request gets a plain error response as grpc-gateway gives it
-    // (code Unknown: the stream's first Recv failed).
-    let mut first = Vec::new();
-    let mut ended = false;
-    while first.is_empty() && !ended {
-        match body.frame().await {
-            Some(Ok(frame)) => {
-                if let Ok(data) = frame.into_data() {
-                    match values.push(&data) {
-                        Ok(parsed) => first = parsed,
-                        Err(e) => return error_response(&Status::unknown(e.to_string())),
-                    }
-                    if values.buffer.len() > max_body {
-                        return error_response(&Status::resource_exhausted("request too large"));
-                    }
-                }
-            }
-            Some(Err(e)) => return error_response(&Status::unknown(e.to_string())),
-            None => ended = true,
-        }
-    }
-    if ended {
-        if let Err(e) = values.finish() {
-            return error_response(&Status::unknown(e.to_string()));
-        }
-    }
-    let mut requests = Vec::with_capacity(first.len());
-    for value in &first {
-        match Req::from_json(value) {
-            Ok(request) => requests.push(request),
-            Err(status) => return error_response(&Status::unknown(status.message())),
-        }
-    }
-
-    let (tx, rx) = mpsc::channel::<Result<Req, Status>>(STREAM_REQUEST_QUEUE);
-    tokio::spawn(async move {
-        for request in requests {
-            if tx.send(Ok(request)).await.is_err() {
-                return;
-            }
-        }
-        if ended {
-            return;
-        }
-        loop {
-            let chunk = match body.frame().await {
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) => data,
-                    Err(_) => continue,
-                },
-                Some(Err(_)) | None => break,
-            };
-            let parsed = match values.push(&chunk) {
-                Ok(parsed) => parsed,
-                Err(e) => {
-                    let _ = tx.send(Err(Status::invalid_argument(e.to_string()))).await;
-                    return;
-                }
-            };
-            if values.buffer.len() > max_body {
-                return;
-            }
-            for value in parsed {
-                let request = Req::from_json(&value);
-                let failed = request.is_err();
-                if tx.send(request).await.is_err() || failed {
-                    return;
-                }
-            }
-        }
-        // Dropping `tx` half-closes the service's stream: a watch goes on
-        // until the client leaves, a keep-alive stream ends.
-    });
-
-    lines_response(Box::pin(result_lines(open(
-        &gateway,
-        ReceiverStream::new(rx),
-    ))))
-}
-
-/// 200 with a body of result lines, and grpc-gateway's headers.
-fn lines_response(lines: ResultLines) -> http::Response<Body> {
-    let mut response = http::Response::new(Body::from_stream(lines));
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    headers.insert(
-        "grpc-metadata-content-type",
-        HeaderValue::from_static("application/grpc"),
-    );
-    cors(response)
-}
-
-/// Each response as one `{"result":...}` line; an error ends the stream
-/// with grpc-gateway's error line.
-fn result_lines<S, T>(responses: S) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>>
-where
-    S: Stream<Item = Result<T, Status>> + Send + 'static,
-    T: ToJson,
-{
-    responses.scan(false, |failed, item| {
-        if *failed {
-            return futures::future::ready(None);
-        }
-        let line = match item {
-            Ok(response) => {
-                let mut line = String::with_capacity(256);
-                line.push_str("{\"result\":");
-                response.to_json(&mut line);
-                line.push_str("}\n");
-                Bytes::from(line)
-            }
-            Err(status) => {
-                *failed = true;
-                stream_error_line(&status)
-            }
-        };
-        futures::future::ready(Some(Ok(line)))
-    })
-}
-
 /// The gateway's routes, to merge into the client listener's router.
 pub fn router(gateway: Arc<Gateway>) -> axum::Router {
     let mut router = axum::Router::new();
@@ -557,15 +348,6 @@ pub fn router(gateway: Arc<Gateway>) -> axum::Router {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn concatenated_requests_split_across_chunks() {
-        let mut values = JsonValues { buffer: Vec::new() };
-        assert!(values.push(b"{\"a\":1} {\"b\"").unwrap().len() == 1);
-        let rest = values.push(b":2}").unwrap();
-        assert_eq!(rest, vec![serde_json::json!({"b": 2})]);
-        assert!(values.finish().is_ok());
-    }
 
     #[test]
     fn errors_map_to_grpc_gateway_statuses() {

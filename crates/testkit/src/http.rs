@@ -188,7 +188,7 @@ impl LineStream {
 
     /// Ends the request body (open_chunked streams).
     pub fn finish(&mut self) -> std::io::Result<()> {
-        (&*self.reader.get_ref()).write_all(b"0\r\n\r\n")
+        self.reader.get_ref().write_all(b"0\r\n\r\n")
     }
 
     /// The next complete line (without its newline), or None once

@@ -12,8 +12,8 @@
 //! [`unary!`] (or [`server_stream!`], answered with `{"result":...}` lines).
 //! `watch` and `lease/keepalive` are bidirectional streams: the body is a
 //! stream of concatenated JSON requests fed to the service's stream as they
-//! arrive ([`serve_bidi`]). etcd 3.5 serves HashKV on no gateway path
-//! (its annotation collides with Hash's), so neither do we.
+//! arrive ([`serve_bidi`]). etcd 3.5 serves no HashKV route (its gateway
+//! answers 404), so neither do we.
 
 pub mod json;
 pub mod messages;

@@ -321,6 +321,54 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// A JSON syntax error in the words of Go's encoding/json, which is what
+/// grpc-gateway answers ("invalid character 'x' looking for beginning of
+/// value", "unexpected EOF"); serde_json's own words for the rarer ones.
+pub fn syntax_error(input: &[u8], error: &serde_json::Error) -> String {
+    if error.classify() == serde_json::error::Category::Eof {
+        return "unexpected EOF".to_string();
+    }
+    let text = error.to_string();
+    let context = [
+        ("expected value", "looking for beginning of value"),
+        ("expected `:`", "after object key"),
+        ("expected `,` or `}`", "after object key:value pair"),
+        ("expected `,` or `]`", "after array element"),
+        (
+            "key must be a string",
+            "looking for beginning of object key string",
+        ),
+    ];
+    let Some(offending) = char_at(input, error.line(), error.column()) else {
+        return text;
+    };
+    let go = if text.starts_with("trailing comma") {
+        // `[1,]` and `{"a":1,}`: Go expected another element.
+        Some(if offending == '}' {
+            "looking for beginning of object key string"
+        } else {
+            "looking for beginning of value"
+        })
+    } else {
+        context
+            .iter()
+            .find(|(serde, _)| text.starts_with(serde))
+            .map(|(_, go)| *go)
+    };
+    match go {
+        Some(go) => format!("invalid character {offending:?} {go}"),
+        None => text,
+    }
+}
+
+/// The character at serde_json's (1-based) line and column.
+fn char_at(input: &[u8], line: usize, column: usize) -> Option<char> {
+    let line = input.split(|b| *b == b'\n').nth(line.checked_sub(1)?)?;
+    let rest = line.get(column.checked_sub(1)?..)?;
+    let head = &rest[..rest.len().min(4)];
+    String::from_utf8_lossy(head).chars().next()
+}
+
 fn decode_base64(text: &str) -> Result<Vec<u8>, Status> {
     STANDARD
         .decode(text)
@@ -355,6 +403,32 @@ mod tests {
             .enumeration("type", 1, &["PUT", "DELETE"]);
         o.end();
         assert_eq!(out, r#"{"b":"7","key":"Zm9v","t":true,"type":"DELETE"}"#);
+    }
+
+    #[test]
+    fn syntax_errors_are_worded_as_go_words_them() {
+        let go = |input: &str| {
+            let error = serde_json::from_str::<Value>(input).unwrap_err();
+            syntax_error(input.as_bytes(), &error)
+        };
+        assert_eq!(
+            go("xx"),
+            "invalid character 'x' looking for beginning of value"
+        );
+        assert_eq!(
+            go("[1,]"),
+            "invalid character ']' looking for beginning of value"
+        );
+        assert_eq!(go("{\"key\" 1}"), "invalid character '1' after object key");
+        assert_eq!(go("{\"key\":"), "unexpected EOF");
+        assert_eq!(
+            go("'"),
+            r"invalid character '\'' looking for beginning of value"
+        );
+        assert_eq!(
+            go("{\"a\":1\n x}"),
+            "invalid character 'x' after object key:value pair"
+        );
     }
 
     #[test]

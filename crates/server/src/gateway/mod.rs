@@ -276,11 +276,6 @@ fn error_response(status: &Status) -> http::Response<Body> {
     json_response(http_status(status.code()), error_body(status), false)
 }
 
-/// A body that is not JSON: grpc-gateway answers InvalidArgument.
-fn bad_json(error: serde_json::Error) -> Status {
-    Status::invalid_argument(error.to_string())
-}
-
 /// Serves one route that takes one request.
 pub async fn serve_route(
     gateway: Arc<Gateway>,
@@ -297,13 +292,17 @@ pub async fn serve_route(
         Ok(body) => body,
         Err(e) => return error_response(&Status::invalid_argument(e.to_string())),
     };
-    let value = if body.iter().all(u8::is_ascii_whitespace) {
-        // grpc-gateway takes an empty body as an empty request.
-        Value::Null
-    } else {
-        match serde_json::from_slice(&body) {
-            Ok(value) => value,
-            Err(e) => return error_response(&bad_json(e)),
+    // grpc-gateway decodes the body's first JSON value (what follows it is
+    // not read), takes an empty body as an empty request, and answers
+    // InvalidArgument to a body that is not JSON.
+    let value = match serde_json::Deserializer::from_slice(&body)
+        .into_iter()
+        .next()
+    {
+        None => Value::Null,
+        Some(Ok(value)) => value,
+        Some(Err(e)) => {
+            return error_response(&Status::invalid_argument(json::syntax_error(&body, &e)))
         }
     };
     match route(&gateway, value).await {

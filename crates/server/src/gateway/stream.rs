@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
+use super::json::syntax_error;
 use super::messages::{FromJson, ToJson};
 use super::{error_response, http_status, Gateway};
 use crate::http::{cors, method_not_allowed, options_ok};
@@ -35,8 +36,10 @@ pub type ResultLines = Pin<Box<dyn Stream<Item = Result<Bytes, std::convert::Inf
 struct JsonValues {
     /// The start of a value not yet complete.
     buffer: Vec<u8>,
-    /// The body's first syntax error: nothing after it is read.
-    error: Option<serde_json::Error>,
+    /// The body's first syntax error, in Go's words, until decoded.
+    error: Option<String>,
+    /// A syntax error was found: nothing after it is read.
+    failed: bool,
 }
 
 impl JsonValues {
@@ -44,13 +47,14 @@ impl JsonValues {
         JsonValues {
             buffer: Vec::new(),
             error: None,
+            failed: false,
         }
     }
 
     /// The values `chunk` completes, in order; after a syntax error, the
     /// values before it (the error waits in `error`).
     fn push(&mut self, chunk: &[u8]) -> Vec<Value> {
-        if self.error.is_some() {
+        if self.failed {
             return Vec::new();
         }
         self.buffer.extend_from_slice(chunk);
@@ -66,7 +70,9 @@ impl JsonValues {
                     }
                     Some(Err(e)) if e.is_eof() => break,
                     Some(Err(e)) => {
-                        self.error = Some(e);
+                        let start = stream.byte_offset();
+                        self.error = Some(syntax_error(&self.buffer[start..], &e));
+                        self.failed = true;
                         consumed = self.buffer.len();
                         break;
                     }
@@ -83,8 +89,11 @@ impl JsonValues {
 
     /// The body ended: a value left incomplete is a syntax error.
     fn finish(&mut self) {
-        if self.error.is_none() && !self.buffer.iter().all(u8::is_ascii_whitespace) {
-            self.error = serde_json::from_slice::<Value>(&self.buffer).err();
+        if !self.failed && !self.buffer.iter().all(u8::is_ascii_whitespace) {
+            if let Err(e) = serde_json::from_slice::<Value>(&self.buffer) {
+                self.error = Some(syntax_error(&self.buffer, &e));
+                self.failed = true;
+            }
         }
         self.buffer.clear();
     }
@@ -102,7 +111,7 @@ impl JsonValues {
             }
         }
         if let Some(e) = self.error.take() {
-            requests.push(Err(Status::invalid_argument(e.to_string())));
+            requests.push(Err(Status::invalid_argument(e)));
         }
         requests
     }

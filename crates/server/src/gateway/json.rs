@@ -10,6 +10,13 @@ use base64::Engine;
 use serde_json::{Map, Value};
 use tonic::Status;
 
+/// A protobuf enum: its full name (which jsonpb's errors give) and the
+/// names of its values, by number.
+pub struct EnumType {
+    pub name: &'static str,
+    pub values: &'static [&'static str],
+}
+
 /// Writes one JSON object, field by field, leaving zero values out.
 pub struct Obj<'a> {
     out: &'a mut String,
@@ -83,10 +90,13 @@ impl<'a> Obj<'a> {
     }
 
     /// An enum by name; the zero value is left out.
-    pub fn enumeration(&mut self, name: &str, number: i32, names: &[&str]) -> &mut Self {
+    pub fn enumeration(&mut self, name: &str, number: i32, kind: &EnumType) -> &mut Self {
         if number != 0 {
             self.key(name);
-            match names.get(number as usize) {
+            match usize::try_from(number)
+                .ok()
+                .and_then(|i| kind.values.get(i))
+            {
                 Some(text) => push_string(self.out, text),
                 None => self.out.push_str(&number.to_string()),
             }
@@ -286,20 +296,25 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub fn enumeration(&self, name: &str, names: &[&str]) -> Result<i32, Status> {
+    pub fn enumeration(&self, name: &str, kind: &EnumType) -> Result<i32, Status> {
         match self.get(name) {
             None => Ok(0),
             Some(Value::Number(n)) => n
                 .as_i64()
                 .and_then(|n| i32::try_from(n).ok())
-                .ok_or_else(|| invalid(format!("bad value for enum {name}: {n}"))),
-            Some(Value::String(s)) => names
+                .ok_or_else(|| invalid(format!("bad value for enum {}: {n}", kind.name))),
+            Some(Value::String(s)) => kind
+                .values
                 .iter()
                 .position(|n| n == s)
                 .map(|i| i as i32)
-                .ok_or_else(|| invalid(format!("unknown value {s:?} for enum {name}"))),
+                .ok_or_else(|| {
+                    // jsonpb quotes the JSON text of the value: "\"BOGUS\"".
+                    let text = serde_json::to_string(s).unwrap_or_default();
+                    invalid(format!("unknown value {text:?} for enum {}", kind.name))
+                }),
             Some(other) => Err(invalid(format!(
-                "json: cannot unmarshal {} into Go value of type int32",
+                "json: cannot unmarshal {} into Go value of type protoreflect.EnumNumber",
                 json_kind(other)
             ))),
         }
@@ -391,6 +406,25 @@ fn json_kind(value: &Value) -> &'static str {
 mod tests {
     use super::*;
 
+    const EVENT: EnumType = EnumType {
+        name: "mvccpb.Event.EventType",
+        values: &["PUT", "DELETE"],
+    };
+
+    #[test]
+    fn unknown_enum_values_are_named_as_jsonpb_names_them() {
+        let value: Value = serde_json::from_str(r#"{"type":"BOGUS","kind":true}"#).unwrap();
+        let fields = Fields::of(&value).unwrap();
+        assert_eq!(
+            fields.enumeration("type", &EVENT).unwrap_err().message(),
+            r#"unknown value "\"BOGUS\"" for enum mvccpb.Event.EventType"#
+        );
+        assert_eq!(
+            fields.enumeration("kind", &EVENT).unwrap_err().message(),
+            "json: cannot unmarshal bool into Go value of type protoreflect.EnumNumber"
+        );
+    }
+
     #[test]
     fn zero_values_are_left_out_and_int64_is_a_string() {
         let mut out = String::new();
@@ -400,7 +434,7 @@ mod tests {
             .bytes("key", b"foo")
             .bool("f", false)
             .bool("t", true)
-            .enumeration("type", 1, &["PUT", "DELETE"]);
+            .enumeration("type", 1, &EVENT);
         o.end();
         assert_eq!(out, r#"{"b":"7","key":"Zm9v","t":true,"type":"DELETE"}"#);
     }
@@ -442,11 +476,6 @@ mod tests {
         assert!(fields.bool("count_only").unwrap());
         assert_eq!(fields.int("limit").unwrap(), 3);
         assert_eq!(fields.int("revision").unwrap(), 4);
-        assert_eq!(
-            fields
-                .enumeration("sort_order", &["NONE", "ASCEND", "DESCEND"])
-                .unwrap(),
-            0
-        );
+        assert_eq!(fields.enumeration("sort_order", &EVENT).unwrap(), 0);
     }
 }

@@ -11,14 +11,32 @@ use serde_json::Value;
 use tonic::Status;
 
 use super::{header, key_value, list, FromJson, ToJson};
-use crate::gateway::json::{Fields, Obj};
+use crate::gateway::json::{EnumType, Fields, Obj};
 
-const SORT_ORDER: &[&str] = &["NONE", "ASCEND", "DESCEND"];
-const SORT_TARGET: &[&str] = &["KEY", "VERSION", "CREATE", "MOD", "VALUE"];
-const COMPARE_RESULT: &[&str] = &["EQUAL", "GREATER", "LESS", "NOT_EQUAL"];
-const COMPARE_TARGET: &[&str] = &["VERSION", "CREATE", "MOD", "VALUE", "LEASE"];
-const FILTER_TYPE: &[&str] = &["NOPUT", "NODELETE"];
-const EVENT_TYPE: &[&str] = &["PUT", "DELETE"];
+const SORT_ORDER: EnumType = EnumType {
+    name: "etcdserverpb.RangeRequest.SortOrder",
+    values: &["NONE", "ASCEND", "DESCEND"],
+};
+const SORT_TARGET: EnumType = EnumType {
+    name: "etcdserverpb.RangeRequest.SortTarget",
+    values: &["KEY", "VERSION", "CREATE", "MOD", "VALUE"],
+};
+const COMPARE_RESULT: EnumType = EnumType {
+    name: "etcdserverpb.Compare.CompareResult",
+    values: &["EQUAL", "GREATER", "LESS", "NOT_EQUAL"],
+};
+const COMPARE_TARGET: EnumType = EnumType {
+    name: "etcdserverpb.Compare.CompareTarget",
+    values: &["VERSION", "CREATE", "MOD", "VALUE", "LEASE"],
+};
+const FILTER_TYPE: EnumType = EnumType {
+    name: "etcdserverpb.WatchCreateRequest.FilterType",
+    values: &["NOPUT", "NODELETE"],
+};
+const EVENT_TYPE: EnumType = EnumType {
+    name: "mvccpb.Event.EventType",
+    values: &["PUT", "DELETE"],
+};
 
 // ---- requests ----
 
@@ -30,8 +48,8 @@ impl FromJson for RangeRequest {
             range_end: f.bytes("range_end")?.into(),
             limit: f.int("limit")?,
             revision: f.int("revision")?,
-            sort_order: f.enumeration("sort_order", SORT_ORDER)?,
-            sort_target: f.enumeration("sort_target", SORT_TARGET)?,
+            sort_order: f.enumeration("sort_order", &SORT_ORDER)?,
+            sort_target: f.enumeration("sort_target", &SORT_TARGET)?,
             serializable: f.bool("serializable")?,
             keys_only: f.bool("keys_only")?,
             count_only: f.bool("count_only")?,
@@ -87,8 +105,8 @@ impl FromJson for Compare {
             None
         };
         Ok(Compare {
-            result: f.enumeration("result", COMPARE_RESULT)?,
-            target: f.enumeration("target", COMPARE_TARGET)?,
+            result: f.enumeration("result", &COMPARE_RESULT)?,
+            target: f.enumeration("target", &COMPARE_TARGET)?,
             key: f.bytes("key")?.into(),
             range_end: f.bytes("range_end")?.into(),
             target_union,
@@ -147,7 +165,7 @@ impl FromJson for WatchCreateRequest {
             .iter()
             .map(|v| {
                 let wrapped = serde_json::json!({ "filter": v });
-                Fields::of(&wrapped)?.enumeration("filter", FILTER_TYPE)
+                Fields::of(&wrapped)?.enumeration("filter", &FILTER_TYPE)
             })
             .collect::<Result<_, Status>>()?;
         Ok(WatchCreateRequest {
@@ -192,7 +210,7 @@ impl FromJson for WatchRequest {
 
 fn event(out: &mut String, e: &Event) {
     let mut o = Obj::new(out);
-    o.enumeration("type", e.r#type, EVENT_TYPE)
+    o.enumeration("type", e.r#type, &EVENT_TYPE)
         .msg("kv", e.kv.as_ref(), key_value)
         .msg("prev_kv", e.prev_kv.as_ref(), key_value);
     o.end();

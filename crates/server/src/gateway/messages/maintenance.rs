@@ -12,11 +12,20 @@ use serde_json::Value;
 use tonic::Status;
 
 use super::{header, FromJson, ToJson};
-use crate::gateway::json::{Fields, Obj};
+use crate::gateway::json::{EnumType, Fields, Obj};
 
-const ALARM_ACTION: &[&str] = &["GET", "ACTIVATE", "DEACTIVATE"];
-const ALARM_TYPE: &[&str] = &["NONE", "NOSPACE", "CORRUPT"];
-const DOWNGRADE_ACTION: &[&str] = &["VALIDATE", "ENABLE", "CANCEL"];
+const ALARM_ACTION: EnumType = EnumType {
+    name: "etcdserverpb.AlarmRequest.AlarmAction",
+    values: &["GET", "ACTIVATE", "DEACTIVATE"],
+};
+const ALARM_TYPE: EnumType = EnumType {
+    name: "etcdserverpb.AlarmType",
+    values: &["NONE", "NOSPACE", "CORRUPT"],
+};
+const DOWNGRADE_ACTION: EnumType = EnumType {
+    name: "etcdserverpb.DowngradeRequest.DowngradeAction",
+    values: &["VALIDATE", "ENABLE", "CANCEL"],
+};
 
 /// Requests without fields: any JSON object (or an empty body) will do.
 macro_rules! empty_request {
@@ -92,9 +101,9 @@ impl FromJson for AlarmRequest {
     fn from_json(value: &Value) -> Result<Self, Status> {
         let f = Fields::of(value)?;
         Ok(AlarmRequest {
-            action: f.enumeration("action", ALARM_ACTION)?,
+            action: f.enumeration("action", &ALARM_ACTION)?,
             member_id: f.uint("memberID")?,
-            alarm: f.enumeration("alarm", ALARM_TYPE)?,
+            alarm: f.enumeration("alarm", &ALARM_TYPE)?,
         })
     }
 }
@@ -102,7 +111,7 @@ impl FromJson for AlarmRequest {
 fn alarm_member(out: &mut String, a: &AlarmMember) {
     let mut o = Obj::new(out);
     o.int("memberID", a.member_id)
-        .enumeration("alarm", a.alarm, ALARM_TYPE);
+        .enumeration("alarm", a.alarm, &ALARM_TYPE);
     o.end();
 }
 
@@ -147,7 +156,7 @@ impl FromJson for DowngradeRequest {
     fn from_json(value: &Value) -> Result<Self, Status> {
         let f = Fields::of(value)?;
         Ok(DowngradeRequest {
-            action: f.enumeration("action", DOWNGRADE_ACTION)?,
+            action: f.enumeration("action", &DOWNGRADE_ACTION)?,
             version: f.string("version")?,
         })
     }

@@ -614,7 +614,7 @@ async fn serve_clients(
     let election = ElectionServer::new(ElectionService::new(own_client.clone()))
         .max_decoding_message_size(max_request)
         .max_encoding_message_size(usize::MAX);
-    let lock = LockServer::new(LockService::new(own_client))
+    let lock = LockServer::new(LockService::new(own_client.clone()))
         .max_decoding_message_size(max_request)
         .max_encoding_message_size(usize::MAX);
     let grpc = tonic::service::Routes::builder()
@@ -627,11 +627,7 @@ async fn serve_clients(
         .add_service(lock)
         .clone()
         .routes();
-    let gateway = Arc::new(Gateway::new(
-        server.clone(),
-        WatchService::new(server.clone(), shutdown.clone()),
-        LeaseService::new(server.clone(), shutdown.clone()),
-    ));
+    let gateway = Arc::new(Gateway::new(server.clone(), shutdown.clone(), own_client));
     let routes = crate::http::with_fallback(
         grpc.into_axum_router()
             .merge(crate::http::client_router(server.clone(), gateway)),

@@ -156,6 +156,41 @@ impl LineStream {
         })
     }
 
+    /// A stream whose request body is sent in pieces (chunked transfer
+    /// encoding), for the gateway's bidirectional streams: `first` goes
+    /// out before the answer's head is read, later pieces with
+    /// [`LineStream::send`], and [`LineStream::finish`] ends the body.
+    pub fn open_chunked(endpoint: &str, path: &str, first: &str) -> std::io::Result<LineStream> {
+        let address = host_port(endpoint);
+        let stream = TcpStream::connect(address)?;
+        stream.set_read_timeout(Some(REQUEST_TIMEOUT))?;
+        stream.set_write_timeout(Some(REQUEST_TIMEOUT))?;
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+        );
+        (&stream).write_all(head.as_bytes())?;
+        let mut reader = BufReader::new(stream);
+        write_chunk(reader.get_ref(), first)?;
+        let (status, headers) = read_head(&mut reader)?;
+        Ok(LineStream {
+            status,
+            chunked: is_chunked(&headers),
+            headers,
+            reader,
+            pending: Vec::new(),
+        })
+    }
+
+    /// Sends one more piece of the request body (open_chunked streams).
+    pub fn send(&mut self, body: &str) -> std::io::Result<()> {
+        write_chunk(self.reader.get_ref(), body)
+    }
+
+    /// Ends the request body (open_chunked streams).
+    pub fn finish(&mut self) -> std::io::Result<()> {
+        self.reader.get_ref().write_all(b"0\r\n\r\n")
+    }
+
     /// The next complete line (without its newline), or None once
     /// `deadline` passes or the stream ends.
     pub fn next_line(&mut self, deadline: Instant) -> Option<String> {
@@ -183,4 +218,12 @@ impl LineStream {
             }
         }
     }
+}
+
+fn write_chunk(mut stream: &TcpStream, body: &str) -> std::io::Result<()> {
+    if body.is_empty() {
+        // An empty chunk would end the body.
+        return Ok(());
+    }
+    write!(stream, "{:x}\r\n{body}\r\n", body.len())
 }

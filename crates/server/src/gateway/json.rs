@@ -10,6 +10,13 @@ use base64::Engine;
 use serde_json::{Map, Value};
 use tonic::Status;
 
+/// A protobuf enum: its full name (which jsonpb's errors give) and the
+/// names of its values, by number.
+pub struct EnumType {
+    pub name: &'static str,
+    pub values: &'static [&'static str],
+}
+
 /// Writes one JSON object, field by field, leaving zero values out.
 pub struct Obj<'a> {
     out: &'a mut String,
@@ -83,10 +90,13 @@ impl<'a> Obj<'a> {
     }
 
     /// An enum by name; the zero value is left out.
-    pub fn enumeration(&mut self, name: &str, number: i32, names: &[&str]) -> &mut Self {
+    pub fn enumeration(&mut self, name: &str, number: i32, kind: &EnumType) -> &mut Self {
         if number != 0 {
             self.key(name);
-            match names.get(number as usize) {
+            match usize::try_from(number)
+                .ok()
+                .and_then(|i| kind.values.get(i))
+            {
                 Some(text) => push_string(self.out, text),
                 None => self.out.push_str(&number.to_string()),
             }
@@ -251,6 +261,30 @@ impl<'a> Fields<'a> {
         }
     }
 
+    pub fn string(&self, name: &str) -> Result<String, Status> {
+        match self.get(name) {
+            None => Ok(String::new()),
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(other) => Err(invalid(format!(
+                "json: cannot unmarshal {} into Go value of type string",
+                json_kind(other)
+            ))),
+        }
+    }
+
+    pub fn strings(&self, name: &str) -> Result<Vec<String>, Status> {
+        self.list(name)?
+            .iter()
+            .map(|item| match item {
+                Value::String(s) => Ok(s.clone()),
+                other => Err(invalid(format!(
+                    "json: cannot unmarshal {} into Go value of type string",
+                    json_kind(other)
+                ))),
+            })
+            .collect()
+    }
+
     pub fn bytes(&self, name: &str) -> Result<Vec<u8>, Status> {
         match self.get(name) {
             None => Ok(Vec::new()),
@@ -262,20 +296,25 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub fn enumeration(&self, name: &str, names: &[&str]) -> Result<i32, Status> {
+    pub fn enumeration(&self, name: &str, kind: &EnumType) -> Result<i32, Status> {
         match self.get(name) {
             None => Ok(0),
             Some(Value::Number(n)) => n
                 .as_i64()
                 .and_then(|n| i32::try_from(n).ok())
-                .ok_or_else(|| invalid(format!("bad value for enum {name}: {n}"))),
-            Some(Value::String(s)) => names
+                .ok_or_else(|| invalid(format!("bad value for enum {}: {n}", kind.name))),
+            Some(Value::String(s)) => kind
+                .values
                 .iter()
                 .position(|n| n == s)
                 .map(|i| i as i32)
-                .ok_or_else(|| invalid(format!("unknown value {s:?} for enum {name}"))),
+                .ok_or_else(|| {
+                    // jsonpb quotes the JSON text of the value: "\"BOGUS\"".
+                    let text = serde_json::to_string(s).unwrap_or_default();
+                    invalid(format!("unknown value {text:?} for enum {}", kind.name))
+                }),
             Some(other) => Err(invalid(format!(
-                "json: cannot unmarshal {} into Go value of type int32",
+                "json: cannot unmarshal {} into Go value of type protoreflect.EnumNumber",
                 json_kind(other)
             ))),
         }
@@ -295,6 +334,54 @@ impl<'a> Fields<'a> {
     pub fn msg(&self, name: &str) -> Option<&'a Value> {
         self.get(name)
     }
+}
+
+/// A JSON syntax error in the words of Go's encoding/json, which is what
+/// grpc-gateway answers ("invalid character 'x' looking for beginning of
+/// value", "unexpected EOF"); serde_json's own words for the rarer ones.
+pub fn syntax_error(input: &[u8], error: &serde_json::Error) -> String {
+    if error.classify() == serde_json::error::Category::Eof {
+        return "unexpected EOF".to_string();
+    }
+    let text = error.to_string();
+    let context = [
+        ("expected value", "looking for beginning of value"),
+        ("expected `:`", "after object key"),
+        ("expected `,` or `}`", "after object key:value pair"),
+        ("expected `,` or `]`", "after array element"),
+        (
+            "key must be a string",
+            "looking for beginning of object key string",
+        ),
+    ];
+    let Some(offending) = char_at(input, error.line(), error.column()) else {
+        return text;
+    };
+    let go = if text.starts_with("trailing comma") {
+        // `[1,]` and `{"a":1,}`: Go expected another element.
+        Some(if offending == '}' {
+            "looking for beginning of object key string"
+        } else {
+            "looking for beginning of value"
+        })
+    } else {
+        context
+            .iter()
+            .find(|(serde, _)| text.starts_with(serde))
+            .map(|(_, go)| *go)
+    };
+    match go {
+        Some(go) => format!("invalid character {offending:?} {go}"),
+        None => text,
+    }
+}
+
+/// The character at serde_json's (1-based) line and column.
+fn char_at(input: &[u8], line: usize, column: usize) -> Option<char> {
+    let line = input.split(|b| *b == b'\n').nth(line.checked_sub(1)?)?;
+    let rest = line.get(column.checked_sub(1)?..)?;
+    let head = &rest[..rest.len().min(4)];
+    String::from_utf8_lossy(head).chars().next()
 }
 
 fn decode_base64(text: &str) -> Result<Vec<u8>, Status> {
@@ -319,6 +406,25 @@ fn json_kind(value: &Value) -> &'static str {
 mod tests {
     use super::*;
 
+    const EVENT: EnumType = EnumType {
+        name: "mvccpb.Event.EventType",
+        values: &["PUT", "DELETE"],
+    };
+
+    #[test]
+    fn unknown_enum_values_are_named_as_jsonpb_names_them() {
+        let value: Value = serde_json::from_str(r#"{"type":"BOGUS","kind":true}"#).unwrap();
+        let fields = Fields::of(&value).unwrap();
+        assert_eq!(
+            fields.enumeration("type", &EVENT).unwrap_err().message(),
+            r#"unknown value "\"BOGUS\"" for enum mvccpb.Event.EventType"#
+        );
+        assert_eq!(
+            fields.enumeration("kind", &EVENT).unwrap_err().message(),
+            "json: cannot unmarshal bool into Go value of type protoreflect.EnumNumber"
+        );
+    }
+
     #[test]
     fn zero_values_are_left_out_and_int64_is_a_string() {
         let mut out = String::new();
@@ -328,9 +434,35 @@ mod tests {
             .bytes("key", b"foo")
             .bool("f", false)
             .bool("t", true)
-            .enumeration("type", 1, &["PUT", "DELETE"]);
+            .enumeration("type", 1, &EVENT);
         o.end();
         assert_eq!(out, r#"{"b":"7","key":"Zm9v","t":true,"type":"DELETE"}"#);
+    }
+
+    #[test]
+    fn syntax_errors_are_worded_as_go_words_them() {
+        let go = |input: &str| {
+            let error = serde_json::from_str::<Value>(input).unwrap_err();
+            syntax_error(input.as_bytes(), &error)
+        };
+        assert_eq!(
+            go("xx"),
+            "invalid character 'x' looking for beginning of value"
+        );
+        assert_eq!(
+            go("[1,]"),
+            "invalid character ']' looking for beginning of value"
+        );
+        assert_eq!(go("{\"key\" 1}"), "invalid character '1' after object key");
+        assert_eq!(go("{\"key\":"), "unexpected EOF");
+        assert_eq!(
+            go("'"),
+            r"invalid character '\'' looking for beginning of value"
+        );
+        assert_eq!(
+            go("{\"a\":1\n x}"),
+            "invalid character 'x' after object key:value pair"
+        );
     }
 
     #[test]
@@ -344,11 +476,6 @@ mod tests {
         assert!(fields.bool("count_only").unwrap());
         assert_eq!(fields.int("limit").unwrap(), 3);
         assert_eq!(fields.int("revision").unwrap(), 4);
-        assert_eq!(
-            fields
-                .enumeration("sort_order", &["NONE", "ASCEND", "DESCEND"])
-                .unwrap(),
-            0
-        );
+        assert_eq!(fields.enumeration("sort_order", &EVENT).unwrap(), 0);
     }
 }

@@ -8,13 +8,16 @@
 //! error, message, code and sends them chunked with a trailer; clients
 //! parse either).
 //!
-//! A unary route is one line of [`UNARY_ROUTES`] plus one [`unary!`].
-//! `lease/keepalive` (a stream, like watch) is not served yet: it needs the
-//! Lease service's keep-alive loop to take any request stream, as
-//! [`WatchService::open`] does.
+//! A route that takes one request is one line of [`ROUTES`] plus one
+//! [`unary!`] (or [`server_stream!`], answered with `{"result":...}` lines).
+//! `watch` and `lease/keepalive` are bidirectional streams: the body is a
+//! stream of concatenated JSON requests fed to the service's stream as they
+//! arrive ([`serve_bidi`]). etcd 3.5 serves no HashKV route (its gateway
+//! answers 404), so neither do we.
 
 pub mod json;
 pub mod messages;
+mod stream;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -24,32 +27,31 @@ use api::etcdserverpb::cluster_server::Cluster;
 use api::etcdserverpb::kv_server::Kv;
 use api::etcdserverpb::lease_server::Lease;
 use api::etcdserverpb::maintenance_server::Maintenance;
-use api::etcdserverpb::WatchRequest;
+use api::v3electionpb::election_server::Election;
+use api::v3lockpb::lock_server::Lock;
 use axum::body::Body;
-use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use http::{header, HeaderValue, Method, StatusCode};
-use http_body_util::BodyExt;
 use serde_json::Value;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::watch;
 use tonic::{Code, Status};
 
 use crate::config::GRPC_OVERHEAD_BYTES;
 use crate::etcdserver::EtcdServer;
 use crate::http::{cors, method_not_allowed, options_ok};
 use crate::v3rpc::cluster::ClusterService;
+use crate::v3rpc::concurrency::LocalClient;
+use crate::v3rpc::election::ElectionService;
 use crate::v3rpc::kv::KvService;
-use crate::v3rpc::lease::LeaseService;
+use crate::v3rpc::lease::{KeepAliveStream, LeaseService};
+use crate::v3rpc::lock::LockService;
 use crate::v3rpc::maintenance::MaintenanceService;
-use crate::v3rpc::watch::WatchService;
+use crate::v3rpc::watch::{ResponseStream as WatchStream, WatchService};
 use messages::{to_json_string, FromJson, ToJson};
+use stream::{lines_response, result_lines, serve_bidi, Inbound, ResultLines};
 
 /// Path prefixes the gateway answers under.
 pub const PREFIXES: [&str; 2] = ["/v3/", "/v3beta/"];
-
-/// Decoded watch requests queued ahead of the watch session.
-const WATCH_REQUEST_QUEUE: usize = 16;
 
 /// The services the gateway calls.
 pub struct Gateway {
@@ -59,16 +61,26 @@ pub struct Gateway {
     cluster: ClusterService,
     lease: LeaseService,
     watch: WatchService,
+    election: ElectionService,
+    lock: LockService,
 }
 
 impl Gateway {
-    pub fn new(server: Arc<EtcdServer>, watch: WatchService, lease: LeaseService) -> Gateway {
+    /// `shutdown` ends open streams when the member stops; `client` is the
+    /// member's own client that Election and Lock run their recipes on.
+    pub fn new(
+        server: Arc<EtcdServer>,
+        shutdown: watch::Receiver<bool>,
+        client: LocalClient,
+    ) -> Gateway {
         Gateway {
-            lease,
             kv: KvService::new(server.clone()),
             maintenance: MaintenanceService::new(server.clone()),
             cluster: ClusterService::new(server.clone()),
-            watch,
+            lease: LeaseService::new(server.clone(), shutdown.clone()),
+            watch: WatchService::new(server.clone(), shutdown),
+            election: ElectionService::new(client.clone()),
+            lock: LockService::new(client),
             server,
         }
     }
@@ -78,11 +90,18 @@ impl Gateway {
     }
 }
 
-type UnaryFuture<'a> = Pin<Box<dyn Future<Output = Result<String, Status>> + Send + 'a>>;
-pub type Unary = for<'a> fn(&'a Gateway, Value) -> UnaryFuture<'a>;
+/// What a route answers with: one JSON message, or a stream of lines.
+pub enum Answer {
+    Message(String),
+    Lines(ResultLines),
+}
 
-/// Decodes the request, calls the service, encodes its answer.
-fn call<'a, Req, Resp, F, Fut>(value: Value, method: F) -> UnaryFuture<'a>
+type RouteFuture<'a> = Pin<Box<dyn Future<Output = Result<Answer, Status>> + Send + 'a>>;
+/// A route that takes one JSON request: unary or server-streaming.
+pub type Route = for<'a> fn(&'a Gateway, Value) -> RouteFuture<'a>;
+
+/// Decodes the request, calls the unary method, encodes its answer.
+fn call<'a, Req, Resp, F, Fut>(value: Value, method: F) -> RouteFuture<'a>
 where
     Req: FromJson + Send + 'a,
     Resp: ToJson,
@@ -92,14 +111,41 @@ where
     let request = Req::from_json(&value);
     Box::pin(async move {
         let response = method(tonic::Request::new(request?)).await?;
-        Ok(to_json_string(response.get_ref()))
+        Ok(Answer::Message(to_json_string(response.get_ref())))
+    })
+}
+
+/// Decodes the request, calls the server-streaming method, and answers
+/// with its responses as they come.
+fn call_stream<'a, Req, Resp, S, F, Fut>(value: Value, method: F) -> RouteFuture<'a>
+where
+    Req: FromJson + Send + 'a,
+    Resp: ToJson + Send + 'static,
+    S: Stream<Item = Result<Resp, Status>> + Send + 'static,
+    F: FnOnce(tonic::Request<Req>) -> Fut + Send + 'a,
+    Fut: Future<Output = Result<tonic::Response<S>, Status>> + Send + 'a,
+{
+    let request = Req::from_json(&value);
+    Box::pin(async move {
+        let responses = method(tonic::Request::new(request?)).await?;
+        Ok(Answer::Lines(Box::pin(result_lines(
+            responses.into_inner(),
+        ))))
     })
 }
 
 macro_rules! unary {
     ($name:ident, $service:ident . $method:ident) => {
-        fn $name(gateway: &Gateway, value: Value) -> UnaryFuture<'_> {
+        fn $name(gateway: &Gateway, value: Value) -> RouteFuture<'_> {
             call(value, move |request| gateway.$service.$method(request))
+        }
+    };
+}
+
+macro_rules! server_stream {
+    ($name:ident, $service:ident . $method:ident) => {
+        fn $name(gateway: &Gateway, value: Value) -> RouteFuture<'_> {
+            call_stream(value, move |request| gateway.$service.$method(request))
         }
     };
 }
@@ -109,22 +155,50 @@ unary!(kv_put, kv.put);
 unary!(kv_delete_range, kv.delete_range);
 unary!(kv_txn, kv.txn);
 unary!(kv_compact, kv.compact);
+unary!(maintenance_alarm, maintenance.alarm);
 unary!(maintenance_status, maintenance.status);
+unary!(maintenance_defragment, maintenance.defragment);
+unary!(maintenance_hash, maintenance.hash);
+server_stream!(maintenance_snapshot, maintenance.snapshot);
+unary!(maintenance_move_leader, maintenance.move_leader);
+unary!(maintenance_downgrade, maintenance.downgrade);
+unary!(cluster_member_add, cluster.member_add);
+unary!(cluster_member_remove, cluster.member_remove);
+unary!(cluster_member_update, cluster.member_update);
 unary!(cluster_member_list, cluster.member_list);
+unary!(cluster_member_promote, cluster.member_promote);
 unary!(lease_grant, lease.lease_grant);
 unary!(lease_revoke, lease.lease_revoke);
 unary!(lease_time_to_live, lease.lease_time_to_live);
 unary!(lease_leases, lease.lease_leases);
+unary!(election_campaign, election.campaign);
+unary!(election_proclaim, election.proclaim);
+unary!(election_leader, election.leader);
+server_stream!(election_observe, election.observe);
+unary!(election_resign, election.resign);
+unary!(lock_lock, lock.lock);
+unary!(lock_unlock, lock.unlock);
 
-/// Unary routes, under each of [`PREFIXES`].
-pub const UNARY_ROUTES: &[(&str, Unary)] = &[
+/// Routes that take one request, under each of [`PREFIXES`] (etcd's
+/// google.api.http annotations).
+pub const ROUTES: &[(&str, Route)] = &[
     ("kv/range", kv_range),
     ("kv/put", kv_put),
     ("kv/deleterange", kv_delete_range),
     ("kv/txn", kv_txn),
     ("kv/compaction", kv_compact),
+    ("maintenance/alarm", maintenance_alarm),
     ("maintenance/status", maintenance_status),
+    ("maintenance/defragment", maintenance_defragment),
+    ("maintenance/hash", maintenance_hash),
+    ("maintenance/snapshot", maintenance_snapshot),
+    ("maintenance/transfer-leadership", maintenance_move_leader),
+    ("maintenance/downgrade", maintenance_downgrade),
+    ("cluster/member/add", cluster_member_add),
+    ("cluster/member/remove", cluster_member_remove),
+    ("cluster/member/update", cluster_member_update),
     ("cluster/member/list", cluster_member_list),
+    ("cluster/member/promote", cluster_member_promote),
     ("lease/grant", lease_grant),
     ("lease/revoke", lease_revoke),
     ("kv/lease/revoke", lease_revoke),
@@ -132,7 +206,25 @@ pub const UNARY_ROUTES: &[(&str, Unary)] = &[
     ("kv/lease/timetolive", lease_time_to_live),
     ("lease/leases", lease_leases),
     ("kv/lease/leases", lease_leases),
+    ("election/campaign", election_campaign),
+    ("election/proclaim", election_proclaim),
+    ("election/leader", election_leader),
+    ("election/observe", election_observe),
+    ("election/resign", election_resign),
+    ("lock/lock", lock_lock),
+    ("lock/unlock", lock_unlock),
 ];
+
+fn open_watch(gateway: &Gateway, inbound: Inbound<api::etcdserverpb::WatchRequest>) -> WatchStream {
+    gateway.watch.open(inbound, false)
+}
+
+fn open_keep_alive(
+    gateway: &Gateway,
+    inbound: Inbound<api::etcdserverpb::LeaseKeepAliveRequest>,
+) -> KeepAliveStream {
+    gateway.lease.open(inbound, false)
+}
 
 /// The HTTP status grpc-gateway v1 gives a gRPC code (HTTPStatusFromCode).
 fn http_status(code: Code) -> StatusCode {
@@ -184,15 +276,10 @@ fn error_response(status: &Status) -> http::Response<Body> {
     json_response(http_status(status.code()), error_body(status), false)
 }
 
-/// A body that is not JSON: grpc-gateway answers InvalidArgument.
-fn bad_json(error: serde_json::Error) -> Status {
-    Status::invalid_argument(error.to_string())
-}
-
-/// Serves one unary route.
-pub async fn serve_unary(
+/// Serves one route that takes one request.
+pub async fn serve_route(
     gateway: Arc<Gateway>,
-    route: Unary,
+    route: Route,
     request: http::Request<Body>,
 ) -> http::Response<Body> {
     if request.method() == Method::OPTIONS {
@@ -205,223 +292,52 @@ pub async fn serve_unary(
         Ok(body) => body,
         Err(e) => return error_response(&Status::invalid_argument(e.to_string())),
     };
-    let value = if body.iter().all(u8::is_ascii_whitespace) {
-        // grpc-gateway takes an empty body as an empty request.
-        Value::Null
-    } else {
-        match serde_json::from_slice(&body) {
-            Ok(value) => value,
-            Err(e) => return error_response(&bad_json(e)),
+    // grpc-gateway decodes the body's first JSON value (what follows it is
+    // not read), takes an empty body as an empty request, and answers
+    // InvalidArgument to a body that is not JSON.
+    let value = match serde_json::Deserializer::from_slice(&body)
+        .into_iter()
+        .next()
+    {
+        None => Value::Null,
+        Some(Ok(value)) => value,
+        Some(Err(e)) => {
+            return error_response(&Status::invalid_argument(json::syntax_error(&body, &e)))
         }
     };
     match route(&gateway, value).await {
-        Ok(json) => json_response(StatusCode::OK, json, true),
+        Ok(Answer::Message(json)) => json_response(StatusCode::OK, json, true),
+        Ok(Answer::Lines(lines)) => lines_response(lines),
         Err(status) => error_response(&status),
     }
-}
-
-/// Splits a growing buffer into the complete JSON values at its front.
-struct JsonValues {
-    buffer: Vec<u8>,
-}
-
-impl JsonValues {
-    fn push(&mut self, chunk: &[u8]) -> Result<Vec<Value>, serde_json::Error> {
-        self.buffer.extend_from_slice(chunk);
-        let mut values = Vec::new();
-        let mut consumed = 0;
-        {
-            let mut stream = serde_json::Deserializer::from_slice(&self.buffer).into_iter();
-            loop {
-                match stream.next() {
-                    Some(Ok(value)) => {
-                        values.push(value);
-                        consumed = stream.byte_offset();
-                    }
-                    Some(Err(e)) if e.is_eof() => break,
-                    Some(Err(e)) => return Err(e),
-                    None => {
-                        consumed = self.buffer.len();
-                        break;
-                    }
-                }
-            }
-        }
-        self.buffer.drain(..consumed);
-        Ok(values)
-    }
-
-    fn finish(&self) -> Result<(), serde_json::Error> {
-        if self.buffer.iter().all(u8::is_ascii_whitespace) {
-            return Ok(());
-        }
-        serde_json::from_slice::<Value>(&self.buffer).map(|_| ())
-    }
-}
-
-/// grpc-gateway's in-stream error object (runtime.streamError).
-fn stream_error_line(status: &Status) -> Bytes {
-    let http = http_status(status.code());
-    let message = serde_json::to_string(status.message()).unwrap_or_else(|_| "\"\"".into());
-    let reason = serde_json::to_string(http.canonical_reason().unwrap_or(""))
-        .unwrap_or_else(|_| "\"\"".into());
-    Bytes::from(format!(
-        "{{\"error\":{{\"grpc_code\":{},\"http_code\":{},\"message\":{message},\"http_status\":{reason}}}}}\n",
-        status.code() as i32,
-        http.as_u16()
-    ))
-}
-
-/// Serves POST /v3/watch: the body is a stream of JSON WatchRequests, the
-/// answer a stream of `{"result":WatchResponse}` lines.
-pub async fn serve_watch(
-    gateway: Arc<Gateway>,
-    request: http::Request<Body>,
-) -> http::Response<Body> {
-    if request.method() == Method::OPTIONS {
-        return options_ok();
-    }
-    if request.method() != Method::POST {
-        return method_not_allowed(None);
-    }
-    let max_body = gateway.max_body();
-    let mut body = request.into_body();
-    let mut values = JsonValues { buffer: Vec::new() };
-    // The first request is read before answering, so that a body that is
-    // not JSON gets a plain error response as grpc-gateway gives it.
-    let mut first = Vec::new();
-    let mut ended = false;
-    while first.is_empty() && !ended {
-        match body.frame().await {
-            Some(Ok(frame)) => {
-                if let Ok(data) = frame.into_data() {
-                    match values.push(&data) {
-                        Ok(parsed) => first = parsed,
-                        Err(e) => return error_response(&Status::unknown(e.to_string())),
-                    }
-                    if values.buffer.len() > max_body {
-                        return error_response(&Status::resource_exhausted("request too large"));
-                    }
-                }
-            }
-            Some(Err(e)) => return error_response(&Status::unknown(e.to_string())),
-            None => ended = true,
-        }
-    }
-    if ended {
-        if let Err(e) = values.finish() {
-            return error_response(&Status::unknown(e.to_string()));
-        }
-    }
-    let mut requests = Vec::with_capacity(first.len());
-    for value in &first {
-        match WatchRequest::from_json(value) {
-            Ok(request) => requests.push(request),
-            Err(status) => return error_response(&status),
-        }
-    }
-
-    let (tx, rx) = mpsc::channel::<Result<WatchRequest, Status>>(WATCH_REQUEST_QUEUE);
-    tokio::spawn(async move {
-        for request in requests {
-            if tx.send(Ok(request)).await.is_err() {
-                return;
-            }
-        }
-        if ended {
-            return;
-        }
-        loop {
-            let chunk = match body.frame().await {
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) => data,
-                    Err(_) => continue,
-                },
-                Some(Err(_)) | None => break,
-            };
-            let parsed = match values.push(&chunk) {
-                Ok(parsed) => parsed,
-                Err(e) => {
-                    let _ = tx.send(Err(Status::invalid_argument(e.to_string()))).await;
-                    return;
-                }
-            };
-            if values.buffer.len() > max_body {
-                return;
-            }
-            for value in parsed {
-                let request = WatchRequest::from_json(&value);
-                let failed = request.is_err();
-                if tx.send(request).await.is_err() || failed {
-                    return;
-                }
-            }
-        }
-        // Dropping `tx` half-closes: events keep flowing until the client leaves.
-    });
-
-    let responses = gateway.watch.open(ReceiverStream::new(rx), false);
-    let lines = result_lines(responses);
-    let mut response = http::Response::new(Body::from_stream(lines));
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    headers.insert(
-        "grpc-metadata-content-type",
-        HeaderValue::from_static("application/grpc"),
-    );
-    cors(response)
-}
-
-/// Each response as one `{"result":...}` line; an error ends the stream
-/// with grpc-gateway's error line.
-fn result_lines<S, T>(responses: S) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>>
-where
-    S: Stream<Item = Result<T, Status>> + Send + 'static,
-    T: ToJson,
-{
-    responses.scan(false, |failed, item| {
-        if *failed {
-            return futures::future::ready(None);
-        }
-        let line = match item {
-            Ok(response) => {
-                let mut line = String::with_capacity(256);
-                line.push_str("{\"result\":");
-                response.to_json(&mut line);
-                line.push_str("}\n");
-                Bytes::from(line)
-            }
-            Err(status) => {
-                *failed = true;
-                stream_error_line(&status)
-            }
-        };
-        futures::future::ready(Some(Ok(line)))
-    })
 }
 
 /// The gateway's routes, to merge into the client listener's router.
 pub fn router(gateway: Arc<Gateway>) -> axum::Router {
     let mut router = axum::Router::new();
     for prefix in PREFIXES {
-        for (path, route) in UNARY_ROUTES {
+        for (path, route) in ROUTES {
             let gateway = gateway.clone();
             let route = *route;
             router = router.route(
                 &format!("{prefix}{path}"),
                 axum::routing::any(move |request: http::Request<Body>| {
-                    serve_unary(gateway.clone(), route, request)
+                    serve_route(gateway.clone(), route, request)
                 }),
             );
         }
-        let gateway = gateway.clone();
+        let watch = gateway.clone();
         router = router.route(
             &format!("{prefix}watch"),
             axum::routing::any(move |request: http::Request<Body>| {
-                serve_watch(gateway.clone(), request)
+                serve_bidi(watch.clone(), request, open_watch)
+            }),
+        );
+        let keep_alive = gateway.clone();
+        router = router.route(
+            &format!("{prefix}lease/keepalive"),
+            axum::routing::any(move |request: http::Request<Body>| {
+                serve_bidi(keep_alive.clone(), request, open_keep_alive)
             }),
         );
     }
@@ -431,15 +347,6 @@ pub fn router(gateway: Arc<Gateway>) -> axum::Router {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn concatenated_requests_split_across_chunks() {
-        let mut values = JsonValues { buffer: Vec::new() };
-        assert!(values.push(b"{\"a\":1} {\"b\"").unwrap().len() == 1);
-        let rest = values.push(b":2}").unwrap();
-        assert_eq!(rest, vec![serde_json::json!({"b": 2})]);
-        assert!(values.finish().is_ok());
-    }
 
     #[test]
     fn errors_map_to_grpc_gateway_statuses() {

@@ -103,7 +103,7 @@ async fn metrics(server: Arc<EtcdServer>, request: http::Request<Body>) -> http:
 
 /// Anything no route took: a gRPC call to a service this member does not
 /// serve gets gRPC's Unimplemented (as before HTTP shared the port),
-/// anything else Go's 404.
+/// a gateway path grpc-gateway's 404, anything else Go's.
 async fn fallback(request: http::Request<Body>) -> http::Response<Body> {
     let grpc = request
         .headers()
@@ -117,6 +117,14 @@ async fn fallback(request: http::Request<Body>) -> http::Response<Body> {
     }
     if request.method() == Method::OPTIONS {
         return options_ok();
+    }
+    let path = request.uri().path();
+    if gateway::PREFIXES
+        .iter()
+        .any(|prefix| path.starts_with(prefix))
+    {
+        // grpc-gateway's own 404 (etcd 3.5 serves no HashKV route, say).
+        return plain_error(StatusCode::NOT_FOUND, "Not Found");
     }
     plain_error(StatusCode::NOT_FOUND, "404 page not found")
 }

@@ -10,7 +10,7 @@ use api::etcdserverpb::{
     LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
 };
 use api::rpctypes;
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -35,9 +35,27 @@ impl LeaseService {
     pub fn new(server: Arc<EtcdServer>, shutdown: watch::Receiver<bool>) -> Self {
         LeaseService { server, shutdown }
     }
+
+    /// Serves one keep-alive stream fed by `inbound` (gRPC's, or the JSON
+    /// gateway's decoded requests). The stream ends when `inbound` does.
+    pub fn open<S>(&self, inbound: S, require_leader: bool) -> KeepAliveStream
+    where
+        S: Stream<Item = Result<LeaseKeepAliveRequest, Status>> + Unpin + Send + 'static,
+    {
+        let (outbound, rx) = mpsc::channel(KEEPALIVE_OUTBOUND);
+        tokio::spawn(keep_alive(
+            self.server.clone(),
+            inbound,
+            outbound,
+            require_leader,
+            self.shutdown.clone(),
+        ));
+        Box::pin(ReceiverStream::new(rx))
+    }
 }
 
-type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<LeaseKeepAliveResponse, Status>> + Send>>;
+pub type KeepAliveStream =
+    Pin<Box<dyn Stream<Item = Result<LeaseKeepAliveResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl Lease for LeaseService {
@@ -71,15 +89,9 @@ impl Lease for LeaseService {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v == "true");
         check_require_leader(&self.server, &request)?;
-        let (outbound, rx) = mpsc::channel(KEEPALIVE_OUTBOUND);
-        tokio::spawn(keep_alive(
-            self.server.clone(),
-            request.into_inner(),
-            outbound,
-            require_leader,
-            self.shutdown.clone(),
-        ));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(
+            self.open(request.into_inner(), require_leader),
+        ))
     }
 
     async fn lease_time_to_live(
@@ -115,19 +127,21 @@ impl Lease for LeaseService {
 
 /// One keep-alive stream: each request renews its lease on the leader and
 /// is answered in order. An unknown lease is answered with TTL 0.
-async fn keep_alive(
+async fn keep_alive<S>(
     server: Arc<EtcdServer>,
-    mut requests: Streaming<LeaseKeepAliveRequest>,
+    mut requests: S,
     outbound: mpsc::Sender<Result<LeaseKeepAliveResponse, Status>>,
     require_leader: bool,
     mut shutdown: watch::Receiver<bool>,
-) {
+) where
+    S: Stream<Item = Result<LeaseKeepAliveRequest, Status>> + Unpin,
+{
     let mut leader_check = tokio::time::interval(server.cfg.election_timeout);
     leader_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut no_leader_count = 0;
     loop {
         let request = tokio::select! {
-            request = requests.message() => request,
+            request = requests.next() => request,
             _ = leader_check.tick(), if require_leader => {
                 if server.has_leader() {
                     no_leader_count = 0;
@@ -147,9 +161,9 @@ async fn keep_alive(
             _ = outbound.closed() => return,
         };
         let request = match request {
-            Ok(Some(r)) => r,
-            Ok(None) => return,
-            Err(status) => {
+            Some(Ok(r)) => r,
+            None => return,
+            Some(Err(status)) => {
                 tracing::debug!(error = %status, "lease keep-alive stream failed");
                 return;
             }

@@ -1,44 +1,42 @@
-//! The JSON form of each message the gateway carries, field by field in
-//! .proto order with etcd's .proto field names (which is what grpc-gateway
-//! prints: `dbSize`, `peerURLs` and `ID` are the names in etcd's rpc.proto).
+//! KV and Watch messages.
 
 use api::etcdserverpb::{
     compare, request_op, response_op, watch_request, CompactionRequest, CompactionResponse,
-    Compare, DeleteRangeRequest, DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse,
-    LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseStatus,
-    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, Member, MemberListRequest, MemberListResponse,
-    PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp, ResponseHeader, ResponseOp,
-    StatusRequest, StatusResponse, TxnRequest, TxnResponse, WatchCancelRequest, WatchCreateRequest,
-    WatchProgressRequest, WatchRequest, WatchResponse,
+    Compare, DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse, RangeRequest,
+    RangeResponse, RequestOp, ResponseOp, TxnRequest, TxnResponse, WatchCancelRequest,
+    WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
 };
-use api::mvccpb::{Event, KeyValue};
+use api::mvccpb::Event;
 use serde_json::Value;
 use tonic::Status;
 
-use super::json::{Fields, Obj};
+use super::{header, key_value, list, FromJson, ToJson};
+use crate::gateway::json::{EnumType, Fields, Obj};
 
-const SORT_ORDER: &[&str] = &["NONE", "ASCEND", "DESCEND"];
-const SORT_TARGET: &[&str] = &["KEY", "VERSION", "CREATE", "MOD", "VALUE"];
-const COMPARE_RESULT: &[&str] = &["EQUAL", "GREATER", "LESS", "NOT_EQUAL"];
-const COMPARE_TARGET: &[&str] = &["VERSION", "CREATE", "MOD", "VALUE", "LEASE"];
-const FILTER_TYPE: &[&str] = &["NOPUT", "NODELETE"];
-const EVENT_TYPE: &[&str] = &["PUT", "DELETE"];
-
-/// Turns a JSON request body into a request message.
-pub trait FromJson: Sized {
-    fn from_json(value: &Value) -> Result<Self, Status>;
-}
-
-/// Writes a response message as JSON.
-pub trait ToJson {
-    fn to_json(&self, out: &mut String);
-}
-
-pub fn to_json_string<T: ToJson>(message: &T) -> String {
-    let mut out = String::with_capacity(256);
-    message.to_json(&mut out);
-    out
-}
+const SORT_ORDER: EnumType = EnumType {
+    name: "etcdserverpb.RangeRequest.SortOrder",
+    values: &["NONE", "ASCEND", "DESCEND"],
+};
+const SORT_TARGET: EnumType = EnumType {
+    name: "etcdserverpb.RangeRequest.SortTarget",
+    values: &["KEY", "VERSION", "CREATE", "MOD", "VALUE"],
+};
+const COMPARE_RESULT: EnumType = EnumType {
+    name: "etcdserverpb.Compare.CompareResult",
+    values: &["EQUAL", "GREATER", "LESS", "NOT_EQUAL"],
+};
+const COMPARE_TARGET: EnumType = EnumType {
+    name: "etcdserverpb.Compare.CompareTarget",
+    values: &["VERSION", "CREATE", "MOD", "VALUE", "LEASE"],
+};
+const FILTER_TYPE: EnumType = EnumType {
+    name: "etcdserverpb.WatchCreateRequest.FilterType",
+    values: &["NOPUT", "NODELETE"],
+};
+const EVENT_TYPE: EnumType = EnumType {
+    name: "mvccpb.Event.EventType",
+    values: &["PUT", "DELETE"],
+};
 
 // ---- requests ----
 
@@ -50,8 +48,8 @@ impl FromJson for RangeRequest {
             range_end: f.bytes("range_end")?.into(),
             limit: f.int("limit")?,
             revision: f.int("revision")?,
-            sort_order: f.enumeration("sort_order", SORT_ORDER)?,
-            sort_target: f.enumeration("sort_target", SORT_TARGET)?,
+            sort_order: f.enumeration("sort_order", &SORT_ORDER)?,
+            sort_target: f.enumeration("sort_target", &SORT_TARGET)?,
             serializable: f.bool("serializable")?,
             keys_only: f.bool("keys_only")?,
             count_only: f.bool("count_only")?,
@@ -107,8 +105,8 @@ impl FromJson for Compare {
             None
         };
         Ok(Compare {
-            result: f.enumeration("result", COMPARE_RESULT)?,
-            target: f.enumeration("target", COMPARE_TARGET)?,
+            result: f.enumeration("result", &COMPARE_RESULT)?,
+            target: f.enumeration("target", &COMPARE_TARGET)?,
             key: f.bytes("key")?.into(),
             range_end: f.bytes("range_end")?.into(),
             target_union,
@@ -136,10 +134,6 @@ impl FromJson for RequestOp {
         };
         Ok(RequestOp { request })
     }
-}
-
-fn list<T: FromJson>(f: &Fields<'_>, name: &str) -> Result<Vec<T>, Status> {
-    f.list(name)?.iter().map(T::from_json).collect()
 }
 
 impl FromJson for TxnRequest {
@@ -171,7 +165,7 @@ impl FromJson for WatchCreateRequest {
             .iter()
             .map(|v| {
                 let wrapped = serde_json::json!({ "filter": v });
-                Fields::of(&wrapped)?.enumeration("filter", FILTER_TYPE)
+                Fields::of(&wrapped)?.enumeration("filter", &FILTER_TYPE)
             })
             .collect::<Result<_, Status>>()?;
         Ok(WatchCreateRequest {
@@ -212,81 +206,11 @@ impl FromJson for WatchRequest {
     }
 }
 
-impl FromJson for StatusRequest {
-    fn from_json(value: &Value) -> Result<Self, Status> {
-        Fields::of(value)?;
-        Ok(StatusRequest {})
-    }
-}
-
-impl FromJson for MemberListRequest {
-    fn from_json(value: &Value) -> Result<Self, Status> {
-        let f = Fields::of(value)?;
-        Ok(MemberListRequest {
-            linearizable: f.bool("linearizable")?,
-        })
-    }
-}
-
-impl FromJson for LeaseGrantRequest {
-    fn from_json(value: &Value) -> Result<Self, Status> {
-        let f = Fields::of(value)?;
-        Ok(LeaseGrantRequest {
-            ttl: f.int("TTL")?,
-            id: f.int("ID")?,
-        })
-    }
-}
-
-impl FromJson for LeaseRevokeRequest {
-    fn from_json(value: &Value) -> Result<Self, Status> {
-        let f = Fields::of(value)?;
-        Ok(LeaseRevokeRequest { id: f.int("ID")? })
-    }
-}
-
-impl FromJson for LeaseTimeToLiveRequest {
-    fn from_json(value: &Value) -> Result<Self, Status> {
-        let f = Fields::of(value)?;
-        Ok(LeaseTimeToLiveRequest {
-            id: f.int("ID")?,
-            keys: f.bool("keys")?,
-        })
-    }
-}
-
-impl FromJson for LeaseLeasesRequest {
-    fn from_json(value: &Value) -> Result<Self, Status> {
-        Fields::of(value)?;
-        Ok(LeaseLeasesRequest {})
-    }
-}
-
 // ---- responses ----
-
-fn header(out: &mut String, h: &ResponseHeader) {
-    let mut o = Obj::new(out);
-    o.int("cluster_id", h.cluster_id)
-        .int("member_id", h.member_id)
-        .int("revision", h.revision)
-        .int("raft_term", h.raft_term);
-    o.end();
-}
-
-fn key_value(out: &mut String, kv: &KeyValue) {
-    let mut o = Obj::new(out);
-    o.bytes("key", &kv.key)
-        .int("create_revision", kv.create_revision)
-        .int("mod_revision", kv.mod_revision)
-        .int("version", kv.version)
-        .bytes("value", &kv.value)
-        .int("lease", kv.lease);
-    o.end();
-}
 
 fn event(out: &mut String, e: &Event) {
     let mut o = Obj::new(out);
-    o.enumeration("type", e.r#type, EVENT_TYPE)
+    o.enumeration("type", e.r#type, &EVENT_TYPE)
         .msg("kv", e.kv.as_ref(), key_value)
         .msg("prev_kv", e.prev_kv.as_ref(), key_value);
     o.end();
@@ -388,91 +312,11 @@ impl ToJson for WatchResponse {
     }
 }
 
-impl ToJson for StatusResponse {
-    fn to_json(&self, out: &mut String) {
-        let mut o = Obj::new(out);
-        o.msg("header", self.header.as_ref(), header)
-            .str("version", &self.version)
-            .int("dbSize", self.db_size)
-            .int("leader", self.leader)
-            .int("raftIndex", self.raft_index)
-            .int("raftTerm", self.raft_term)
-            .int("raftAppliedIndex", self.raft_applied_index)
-            .strings("errors", &self.errors)
-            .int("dbSizeInUse", self.db_size_in_use)
-            .bool("isLearner", self.is_learner);
-        o.end();
-    }
-}
-
-impl ToJson for LeaseGrantResponse {
-    fn to_json(&self, out: &mut String) {
-        let mut o = Obj::new(out);
-        o.msg("header", self.header.as_ref(), header)
-            .int("ID", self.id)
-            .int("TTL", self.ttl)
-            .str("error", &self.error);
-        o.end();
-    }
-}
-
-impl ToJson for LeaseRevokeResponse {
-    fn to_json(&self, out: &mut String) {
-        let mut o = Obj::new(out);
-        o.msg("header", self.header.as_ref(), header);
-        o.end();
-    }
-}
-
-impl ToJson for LeaseTimeToLiveResponse {
-    fn to_json(&self, out: &mut String) {
-        let mut o = Obj::new(out);
-        o.msg("header", self.header.as_ref(), header)
-            .int("ID", self.id)
-            .int("TTL", self.ttl)
-            .int("grantedTTL", self.granted_ttl)
-            .bytes_list("keys", &self.keys);
-        o.end();
-    }
-}
-
-fn lease_status(out: &mut String, l: &LeaseStatus) {
-    let mut o = Obj::new(out);
-    o.int("ID", l.id);
-    o.end();
-}
-
-impl ToJson for LeaseLeasesResponse {
-    fn to_json(&self, out: &mut String) {
-        let mut o = Obj::new(out);
-        o.msg("header", self.header.as_ref(), header)
-            .msgs("leases", &self.leases, lease_status);
-        o.end();
-    }
-}
-
-fn member(out: &mut String, m: &Member) {
-    let mut o = Obj::new(out);
-    o.int("ID", m.id)
-        .str("name", &m.name)
-        .strings("peerURLs", &m.peer_ur_ls)
-        .strings("clientURLs", &m.client_ur_ls)
-        .bool("isLearner", m.is_learner);
-    o.end();
-}
-
-impl ToJson for MemberListResponse {
-    fn to_json(&self, out: &mut String) {
-        let mut o = Obj::new(out);
-        o.msg("header", self.header.as_ref(), header)
-            .msgs("members", &self.members, member);
-        o.end();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gateway::messages::to_json_string;
+    use api::mvccpb::KeyValue;
 
     #[test]
     fn txn_request_with_nested_ops_and_compare_targets() {

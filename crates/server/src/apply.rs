@@ -33,6 +33,9 @@ use crate::wait::Wait;
 /// etcd's backend batch limits: commit at least every 100 ms or 10k ops.
 pub const BACKEND_BATCH_INTERVAL: Duration = Duration::from_millis(100);
 pub const BACKEND_BATCH_LIMIT: usize = 10_000;
+/// The largest batch applied inline on the raft thread: more entries would
+/// hold up its next Ready (heartbeats, the next fdatasync) for too long.
+pub const INLINE_APPLY_MAX_ENTRIES: usize = 16;
 
 #[derive(Debug, Clone)]
 pub enum ApplyResponse {
@@ -59,11 +62,61 @@ pub struct Applier {
     pub lessor: Arc<Lessor>,
     pub alarms: Arc<Alarms>,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Consistent index of the last raft snapshot asked for.
+    pub last_snapshot: std::sync::atomic::AtomicU64,
+    /// Held while a batch is applied or the backend committed: by the apply
+    /// thread, or by the raft thread applying inline (see consensus's
+    /// "Inline apply").
+    pub busy: parking_lot::Mutex<()>,
 }
 
 impl Applier {
+    /// The raft thread's offer to apply a batch at once (nothing is queued
+    /// for the apply thread). Refused when the apply thread is busy (a
+    /// commit on its ticker), for snapshots and large batches, and when the
+    /// batch would call for a backend commit or a raft snapshot: those stay
+    /// off the raft thread.
+    pub fn try_apply_inline(&self, batch: CommittedBatch) -> Result<(), CommittedBatch> {
+        if batch.snapshot.is_some() || batch.entries.len() > INLINE_APPLY_MAX_ENTRIES {
+            return Err(batch);
+        }
+        let Some(_busy) = self.busy.try_lock() else {
+            return Err(batch);
+        };
+        let last = batch.entries.last().map_or(0, |e| e.index);
+        let snapshot_due = last
+            >= self
+                .last_snapshot
+                .load(std::sync::atomic::Ordering::Relaxed)
+                + self.snapshot_count;
+        if snapshot_due || self.store.pending_ops() + batch.entries.len() >= BACKEND_BATCH_LIMIT {
+            return Err(batch);
+        }
+        self.apply_batch(batch);
+        Ok(())
+    }
+
+    /// Applies one batch from the channel, then commits the backend or asks
+    /// for a raft snapshot when due.
+    fn process(&self, batch: CommittedBatch) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let _busy = self.busy.lock();
+        self.apply_batch(batch);
+        if self.store.pending_ops() >= BACKEND_BATCH_LIMIT {
+            self.commit(false);
+        }
+        let applied = *self.applied.borrow();
+        if applied >= self.last_snapshot.load(Relaxed) + self.snapshot_count {
+            // Durable first: raft may release WAL up to `applied`.
+            if self.commit(true) {
+                self.raft.snapshot(applied);
+                self.last_snapshot.store(applied, Relaxed);
+            }
+        }
+    }
+
     /// Runs until the raft side closes the committed-entries channel.
-    pub fn run(self, mut committed: mpsc::Receiver<CommittedBatch>) {
+    pub fn run(self: Arc<Self>, mut committed: mpsc::Receiver<CommittedBatch>) {
         let runtime = match tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
@@ -74,7 +127,6 @@ impl Applier {
                 return;
             }
         };
-        let mut last_snapshot = self.store.consistent_index();
         runtime.block_on(async {
             let mut ticker = tokio::time::interval(BACKEND_BATCH_INTERVAL);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -82,20 +134,11 @@ impl Applier {
                 tokio::select! {
                     batch = committed.recv() => {
                         let Some(batch) = batch else { break };
-                        self.apply_batch(batch);
-                        if self.store.pending_ops() >= BACKEND_BATCH_LIMIT {
-                            self.commit(false);
-                        }
-                        let applied = *self.applied.borrow();
-                        if applied >= last_snapshot + self.snapshot_count {
-                            // Durable first: raft may release WAL up to `applied`.
-                            if self.commit(true) {
-                                self.raft.snapshot(applied);
-                                last_snapshot = applied;
-                            }
-                        }
+                        self.process(batch);
+                        self.raft.batch_applied();
                     }
                     _ = ticker.tick() => {
+                        let _busy = self.busy.lock();
                         if self.store.pending_ops() > 0 {
                             self.commit(false);
                         }
@@ -103,6 +146,7 @@ impl Applier {
                 }
             }
         });
+        let _busy = self.busy.lock();
         self.commit(true);
     }
 

@@ -453,7 +453,17 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         lessor: lessor.clone(),
         alarms: alarms.clone(),
         metrics: metrics.clone(),
+        last_snapshot: store.consistent_index().into(),
+        busy: parking_lot::Mutex::new(()),
     };
+    let applier = Arc::new(applier);
+    // Weak: the apply thread owns the applier (which holds the raft handle);
+    // the hook must not keep it, and the store in it, alive past shutdown.
+    let inline = Arc::downgrade(&applier);
+    raft.set_inline_apply(Box::new(move |batch| match inline.upgrade() {
+        Some(applier) => applier.try_apply_inline(batch),
+        None => Err(batch),
+    }));
     let apply_thread = std::thread::Builder::new()
         .name("apply".into())
         .spawn(move || applier.run(committed))

@@ -70,17 +70,16 @@ pub struct Loaded {
 /// the OS page cache, which does not count against the process: this only
 /// needs to hold the hot part of the tree (the right edge of the `key` table,
 /// where every write lands, and the branch pages). redb's default (1 GiB)
-/// would hold a whole 1M-key file (~340 MB) in process memory.
+/// would hold a whole 1M-key file (~340 MB) in process memory. Below ~64 MiB
+/// the write buffer (half of it) no longer holds the ~100k records written
+/// between two durable commits and pages start to spill early; see
+/// `examples/load_rss.rs` to measure.
 pub const CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 /// How every redb handle on the store's file is opened.
 pub fn builder() -> redb::Builder {
     let mut builder = redb::Builder::new();
-    let cache = std::env::var("OXCD_REDB_CACHE_MB")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .map_or(CACHE_BYTES, |mb| mb << 20);
-    builder.set_cache_size(cache);
+    builder.set_cache_size(CACHE_BYTES);
     builder
 }
 

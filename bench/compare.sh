@@ -13,6 +13,8 @@
 #   --keep-logs  keep the server logs and raw results (their path is printed)
 #
 # Environment: OXCD, OXBENCH, ETCD35, ETCD34, ETCDCTL override the binaries;
+# PHASES (default "ab") picks the single-member phases to run, e.g. PHASES=b
+# for the memory/disk/restart phase alone (the table then has only its rows);
 # PORT (default 27379) is the client port, PORT+1 the peer port; member i of a
 # cluster (0-based) listens on 127.0.0.1 at PORT+2i (client) and PORT+2i+1 (peer).
 #
@@ -77,6 +79,8 @@ endpoint="127.0.0.1:$port"
 member_endpoints=()   # client endpoint of each member
 for ((m = 0; m < cluster; m++)); do member_endpoints+=("127.0.0.1:$((port + 2 * m))"); done
 all_endpoints=$(IFS=,; echo "${member_endpoints[*]}")
+phases=${PHASES:-ab}
+[[ "$phases" =~ ^[ab]+$ ]] || { echo "compare.sh: PHASES takes a, b or ab; got $phases" >&2; exit 2; }
 bench_timeout=1800   # seconds; bounds any one oxbench run so a hung server cannot hang the script
 
 # --- binaries -----------------------------------------------------------------
@@ -383,8 +387,8 @@ for ((round = 0; round < rounds; round++)); do
     if [ "$cluster" -gt 1 ]; then
       phase_c "$s"
     else
-      phase_a "$s"
-      phase_b "$s"
+      [[ $phases != *a* ]] || phase_a "$s"
+      [[ $phases != *b* ]] || phase_b "$s"
     fi
   done
 done
@@ -456,6 +460,8 @@ def fmt(v, flag):
 header = ["workload", "unit"] + [label for _, label in present] + ["oxcd/3.5.1", "target"]
 table = [header]
 for title, metric, unit, target in rows:
+    if not any((key, metric) in values for key, _ in present):
+        continue  # a phase that did not run (PHASES)
     cells = [title, unit]
     for key, _ in present:
         cells.append(fmt(*figure(key, metric)))

@@ -65,8 +65,26 @@ pub struct Loaded {
     pub leased_keys: Vec<(Bytes, i64)>,
 }
 
+/// redb's page cache for the store's file (read cache and write buffer
+/// together; the write buffer takes at most half). The file itself stays in
+/// the OS page cache, which does not count against the process: this only
+/// needs to hold the hot part of the tree (the right edge of the `key` table,
+/// where every write lands, and the branch pages). redb's default (1 GiB)
+/// would hold a whole 1M-key file (~340 MB) in process memory. Below ~64 MiB
+/// the write buffer (half of it) no longer holds the ~100k records written
+/// between two durable commits and pages start to spill early; see
+/// `examples/load_rss.rs` to measure.
+pub const CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+/// How every redb handle on the store's file is opened.
+pub fn builder() -> redb::Builder {
+    let mut builder = redb::Builder::new();
+    builder.set_cache_size(CACHE_BYTES);
+    builder
+}
+
 pub fn open_database(path: &Path) -> Result<Database, MvccError> {
-    let db = Database::create(path).map_err(backend_error)?;
+    let db = builder().create(path).map_err(backend_error)?;
     // Make sure both tables and the format version exist, so readers never
     // meet a missing table.
     let txn = db.begin_write().map_err(backend_error)?;
@@ -227,6 +245,14 @@ pub struct Batch<'a> {
     pub durable: bool,
 }
 
+/// Bytes of allocated pages as a write transaction sees them. Walks every
+/// page of the file: see [`commit_batch`].
+pub fn size_in_use(txn: &redb::WriteTransaction) -> Result<i64, MvccError> {
+    txn.stats()
+        .map(|s| (s.allocated_pages() * s.page_size() as u64) as i64)
+        .map_err(backend_error)
+}
+
 /// Every record of a side table in the file.
 pub fn load_side(db: &Database, side: SideTable) -> Result<BTreeMap<u64, Vec<u8>>, MvccError> {
     let txn = db.begin_read().map_err(backend_error)?;
@@ -243,9 +269,12 @@ pub fn load_side(db: &Database, side: SideTable) -> Result<BTreeMap<u64, Vec<u8>
     Ok(out)
 }
 
-/// Writes the batch with its consistent index in one transaction; returns the
-/// bytes the file has in use afterwards.
-pub fn commit_batch(db: &Database, batch: &Batch<'_>) -> Result<i64, MvccError> {
+/// Writes the batch with its consistent index in one transaction. Returns the
+/// bytes the file has in use afterwards when the batch is durable or carries
+/// a compaction, None otherwise: redb counts them by walking every page of
+/// every table, which costs as much as reading the whole file (through the
+/// page cache, evicting the hot pages), so not on every batch.
+pub fn commit_batch(db: &Database, batch: &Batch<'_>) -> Result<Option<i64>, MvccError> {
     let mut txn = db.begin_write().map_err(backend_error)?;
     txn.set_durability(if batch.durable {
         Durability::Immediate
@@ -292,10 +321,11 @@ pub fn commit_batch(db: &Database, batch: &Batch<'_>) -> Result<i64, MvccError> 
                 .map_err(backend_error)?;
         }
     }
-    let in_use = txn
-        .stats()
-        .map(|s| (s.allocated_pages() * s.page_size() as u64) as i64)
-        .map_err(backend_error)?;
+    let in_use = if batch.durable || batch.compact_revision.is_some() {
+        Some(size_in_use(&txn)?)
+    } else {
+        None
+    };
     txn.commit().map_err(backend_error)?;
     Ok(in_use)
 }

@@ -119,7 +119,9 @@ impl Store {
     fn copy_compactly(&self, tmp: &Path) -> Result<Database, MvccError> {
         let _ = std::fs::remove_file(tmp);
         let snapshot = self.db().begin_read().map_err(backend_error)?;
-        let mut copy = Database::create(tmp).map_err(backend_error)?;
+        let mut copy = crate::backend::builder()
+            .create(tmp)
+            .map_err(backend_error)?;
         let mut txn = copy.begin_write().map_err(backend_error)?;
         txn.set_durability(Durability::Immediate)
             .map_err(backend_error)?;
@@ -128,10 +130,7 @@ impl Store {
         drop(snapshot);
         copy.compact().map_err(backend_error)?;
         let stats = copy.begin_write().map_err(backend_error)?;
-        let in_use = stats
-            .stats()
-            .map(|s| (s.allocated_pages() * s.page_size() as u64) as i64)
-            .map_err(backend_error)?;
+        let in_use = crate::backend::size_in_use(&stats)?;
         stats.abort().map_err(backend_error)?;
         self.size_in_use.store(in_use, Ordering::Relaxed);
         Ok(copy)

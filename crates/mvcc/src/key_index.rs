@@ -4,13 +4,92 @@
 //! A generation is a key's life from creation to deletion. Every generation but
 //! the last one is non-empty and ends with its tombstone; the last one is empty
 //! right after a delete. A key whose only generation is empty is removed.
+//!
+//! # Memory
+//!
+//! The index holds every key, so its size per key is most of what a member
+//! needs per key beyond the redb cache. Most keys have one generation of one
+//! revision (written once, or compacted down to their latest put): such a key
+//! index is held inline ([`KeyIndex`] is 32 bytes, no allocation), and a key of
+//! up to [`INLINE_KEY_BYTES`] bytes is held inline in its map entry (24 bytes).
+//! A key with more history gets etcd's generations. The shape is canonical
+//! (inline whenever it can be), so equal histories compare equal.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use bytes::Bytes;
 
 use crate::revision::Revision;
+
+/// Keys up to this many bytes live inside the map entry, without an allocation.
+pub const INLINE_KEY_BYTES: usize = 22;
+
+/// A key's bytes as the index owns them (never a slice of a request buffer,
+/// which would pin the whole buffer): inline when short, boxed otherwise.
+#[derive(Clone)]
+enum IndexKey {
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE_KEY_BYTES],
+    },
+    Boxed(Box<[u8]>),
+}
+
+impl IndexKey {
+    fn new(key: &[u8]) -> IndexKey {
+        match u8::try_from(key.len()) {
+            Ok(len) if key.len() <= INLINE_KEY_BYTES => {
+                let mut bytes = [0u8; INLINE_KEY_BYTES];
+                bytes[..key.len()].copy_from_slice(key);
+                IndexKey::Inline { len, bytes }
+            }
+            _ => IndexKey::Boxed(key.into()),
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            IndexKey::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            IndexKey::Boxed(bytes) => bytes,
+        }
+    }
+}
+
+// Eq, Ord and Borrow all go through the bytes, so that the map can be
+// searched with a `&[u8]` and orders keys as etcd does (bytewise).
+impl Borrow<[u8]> for IndexKey {
+    fn borrow(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl PartialEq for IndexKey {
+    fn eq(&self, other: &IndexKey) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for IndexKey {}
+
+impl PartialOrd for IndexKey {
+    fn partial_cmp(&self, other: &IndexKey) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for IndexKey {
+    fn cmp(&self, other: &IndexKey) -> std::cmp::Ordering {
+        self.as_slice().cmp(other.as_slice())
+    }
+}
+
+impl std::fmt::Debug for IndexKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", Bytes::copy_from_slice(self.as_slice()))
+    }
+}
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Generation {
@@ -29,23 +108,95 @@ pub struct KeyAt {
     pub version: i64,
 }
 
+/// One key's history. Always in its canonical shape (see [`KeyIndex::normalize`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyIndex {
-    generations: Vec<Generation>,
+    repr: Repr,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Repr {
+    /// One live generation holding one revision whose sub fits 32 bits.
+    Single {
+        main: i64,
+        created: i64,
+        version: i64,
+        sub: u32,
+    },
+    /// Every other shape, as etcd's keyIndex: never one generation of exactly
+    /// one revision with a small sub.
+    Generations(Vec<Generation>),
 }
 
 impl KeyIndex {
-    fn new() -> KeyIndex {
-        KeyIndex {
-            generations: vec![Generation::default()],
+    /// A key whose only generation holds `revision` (created at `created`,
+    /// `version` puts in all).
+    fn with_revision(revision: Revision, created: i64, version: i64) -> KeyIndex {
+        let repr = match u32::try_from(revision.sub) {
+            Ok(sub) => Repr::Single {
+                main: revision.main,
+                created,
+                version,
+                sub,
+            },
+            Err(_) => Repr::Generations(vec![Generation {
+                created,
+                version,
+                revisions: vec![revision],
+            }]),
+        };
+        KeyIndex { repr }
+    }
+
+    /// Back to the inline shape when the history fits it: after every change.
+    fn normalize(&mut self) {
+        let Repr::Generations(generations) = &self.repr else {
+            return;
+        };
+        if let [generation] = generations.as_slice() {
+            if let [revision] = generation.revisions.as_slice() {
+                if let Ok(sub) = u32::try_from(revision.sub) {
+                    self.repr = Repr::Single {
+                        main: revision.main,
+                        created: generation.created,
+                        version: generation.version,
+                        sub,
+                    };
+                }
+            }
+        }
+    }
+
+    /// The generations to change; an inline key is unpacked first (the
+    /// caller normalizes afterwards).
+    fn generations_mut(&mut self) -> &mut Vec<Generation> {
+        if let Repr::Single {
+            main,
+            created,
+            version,
+            sub,
+        } = self.repr
+        {
+            self.repr = Repr::Generations(vec![Generation {
+                created,
+                version,
+                revisions: vec![Revision::new(main, i64::from(sub))],
+            }]);
+        }
+        match &mut self.repr {
+            Repr::Generations(generations) => generations,
+            Repr::Single { .. } => unreachable!("unpacked above"),
         }
     }
 
     fn last_revision(&self) -> Option<Revision> {
-        self.generations
-            .iter()
-            .rev()
-            .find_map(|g| g.revisions.last().copied())
+        match &self.repr {
+            Repr::Single { main, sub, .. } => Some(Revision::new(*main, i64::from(*sub))),
+            Repr::Generations(generations) => generations
+                .iter()
+                .rev()
+                .find_map(|g| g.revisions.last().copied()),
+        }
     }
 
     fn put(&mut self, revision: Revision) {
@@ -55,7 +206,7 @@ impl KeyIndex {
                 "revisions only grow: put {revision:?} after {last:?}"
             );
         }
-        let Some(generation) = self.generations.last_mut() else {
+        let Some(generation) = self.generations_mut().last_mut() else {
             unreachable!("a key index always has a generation");
         };
         if generation.revisions.is_empty() {
@@ -64,31 +215,43 @@ impl KeyIndex {
         }
         generation.revisions.push(revision);
         generation.version += 1;
+        self.normalize();
+    }
+
+    /// Whether the last generation is open (the key exists now).
+    fn is_live(&self) -> bool {
+        match &self.repr {
+            Repr::Single { .. } => true,
+            Repr::Generations(generations) => {
+                generations.last().is_some_and(|g| !g.revisions.is_empty())
+            }
+        }
     }
 
     /// Appends a tombstone and opens an empty generation. Returns false (and
     /// changes nothing) when the key is not live.
     fn tombstone(&mut self, revision: Revision) -> bool {
-        if self
-            .generations
-            .last()
-            .is_none_or(|g| g.revisions.is_empty())
-        {
+        if !self.is_live() {
             return false;
         }
         self.put(revision);
-        self.generations.push(Generation::default());
+        self.generations_mut().push(Generation::default());
         true
     }
 
     fn is_empty(&self) -> bool {
-        self.generations.len() == 1 && self.generations[0].revisions.is_empty()
+        match &self.repr {
+            Repr::Single { .. } => false,
+            Repr::Generations(generations) => {
+                generations.len() == 1 && generations[0].revisions.is_empty()
+            }
+        }
     }
 
     /// The generation alive at `at_rev`, as etcd's findGeneration.
-    fn find_generation(&self, at_rev: i64) -> Option<&Generation> {
-        let last = self.generations.len() - 1;
-        for (i, generation) in self.generations.iter().enumerate().rev() {
+    fn find_generation(generations: &[Generation], at_rev: i64) -> Option<&Generation> {
+        let last = generations.len() - 1;
+        for (i, generation) in generations.iter().enumerate().rev() {
             let (Some(first), Some(tail)) =
                 (generation.revisions.first(), generation.revisions.last())
             else {
@@ -106,7 +269,22 @@ impl KeyIndex {
     }
 
     pub fn get(&self, at_rev: i64) -> Option<KeyAt> {
-        let generation = self.find_generation(at_rev)?;
+        let generations = match &self.repr {
+            Repr::Single {
+                main,
+                created,
+                version,
+                sub,
+            } => {
+                return (*main <= at_rev).then(|| KeyAt {
+                    modified: Revision::new(*main, i64::from(*sub)),
+                    created: *created,
+                    version: *version,
+                })
+            }
+            Repr::Generations(generations) => generations,
+        };
+        let generation = Self::find_generation(generations, at_rev)?;
         let n = generation
             .revisions
             .iter()
@@ -123,9 +301,13 @@ impl KeyIndex {
     /// dropped record's (revision, is_tombstone) onto `dropped`. Returns true
     /// when nothing of the key remains.
     fn compact(&mut self, at_rev: i64, dropped: &mut Vec<(Revision, bool)>) -> bool {
+        // A single live revision is always kept: it is the key's latest.
+        let Repr::Generations(generations) = &mut self.repr else {
+            return false;
+        };
         let mut first_kept = 0;
-        while first_kept + 1 < self.generations.len() {
-            let generation = &self.generations[first_kept];
+        while first_kept + 1 < generations.len() {
+            let generation = &generations[first_kept];
             let tombstone = generation.revisions[generation.revisions.len() - 1];
             if tombstone.main > at_rev {
                 break;
@@ -136,20 +318,22 @@ impl KeyIndex {
             }
             first_kept += 1;
         }
-        self.generations.drain(..first_kept);
-        let generation = &mut self.generations[0];
+        generations.drain(..first_kept);
+        let generation = &mut generations[0];
         if let Some(keep) = generation.revisions.iter().rposition(|r| r.main <= at_rev) {
             dropped.extend(generation.revisions.drain(..keep).map(|r| (r, false)));
         }
+        self.normalize();
         self.is_empty()
     }
 
     /// Undoes every change at or after `from` (an aborted write). Returns true
     /// when nothing of the key remains.
     fn rollback(&mut self, from: Revision) -> bool {
+        let generations = self.generations_mut();
         loop {
-            let len = self.generations.len();
-            let generation = &mut self.generations[len - 1];
+            let len = generations.len();
+            let generation = &mut generations[len - 1];
             if generation.revisions.last().is_some_and(|r| *r >= from) {
                 generation.revisions.pop();
                 generation.version -= 1;
@@ -157,16 +341,17 @@ impl KeyIndex {
             }
             if generation.revisions.is_empty()
                 && len > 1
-                && self.generations[len - 2]
+                && generations[len - 2]
                     .revisions
                     .last()
                     .is_some_and(|r| *r >= from)
             {
-                self.generations.pop();
+                generations.pop();
                 continue;
             }
             break;
         }
+        self.normalize();
         self.is_empty()
     }
 }
@@ -192,11 +377,10 @@ impl<'a> RangeEnd<'a> {
     }
 }
 
-/// All keys, ordered. Owns only copied key bytes (never a slice of a request
-/// buffer, which would pin the whole buffer).
+/// All keys, ordered.
 #[derive(Debug, Default)]
 pub struct KeyIndexTree {
-    keys: BTreeMap<Bytes, KeyIndex>,
+    keys: BTreeMap<IndexKey, KeyIndex>,
 }
 
 impl KeyIndexTree {
@@ -216,9 +400,8 @@ impl KeyIndexTree {
         match self.keys.get_mut(key) {
             Some(index) => index.put(revision),
             None => {
-                let mut index = KeyIndex::new();
-                index.put(revision);
-                self.keys.insert(Bytes::copy_from_slice(key), index);
+                let index = KeyIndex::with_revision(revision, revision.main, 1);
+                self.keys.insert(IndexKey::new(key), index);
             }
         }
     }
@@ -230,14 +413,8 @@ impl KeyIndexTree {
         match self.keys.get_mut(key) {
             Some(index) => index.put(revision),
             None => {
-                let index = KeyIndex {
-                    generations: vec![Generation {
-                        created,
-                        version,
-                        revisions: vec![revision],
-                    }],
-                };
-                self.keys.insert(Bytes::copy_from_slice(key), index);
+                let index = KeyIndex::with_revision(revision, created, version);
+                self.keys.insert(IndexKey::new(key), index);
             }
         }
     }
@@ -253,7 +430,7 @@ impl KeyIndexTree {
         &'s self,
         key: &'s [u8],
         end: RangeEnd<'s>,
-    ) -> Box<dyn Iterator<Item = (&'s Bytes, &'s KeyIndex)> + 's> {
+    ) -> Box<dyn Iterator<Item = (&'s IndexKey, &'s KeyIndex)> + 's> {
         match end {
             RangeEnd::Single => Box::new(self.keys.get_key_value(key).into_iter()),
             RangeEnd::Unbounded => Box::new(
@@ -295,7 +472,7 @@ impl KeyIndexTree {
     pub fn live_keys(&self, key: &[u8], end: RangeEnd<'_>, at_rev: i64) -> Vec<Bytes> {
         self.walk(key, end)
             .filter(|(_, index)| index.get(at_rev).is_some())
-            .map(|(key, _)| key.clone())
+            .map(|(key, _)| Bytes::copy_from_slice(key.as_slice()))
             .collect()
     }
 
@@ -432,6 +609,74 @@ mod tests {
         tree.put(b"bar", Revision::new(20, 3));
         tree.rollback([&b"foo"[..], &b"bar"[..]], Revision::new(20, 0));
         assert_eq!(tree.key_index(b"foo").cloned(), before);
+        assert!(tree.key_index(b"bar").is_none());
+    }
+
+    #[test]
+    fn key_index_memory_layout_stays_compact() {
+        assert_eq!(std::mem::size_of::<IndexKey>(), 24);
+        assert_eq!(std::mem::size_of::<KeyIndex>(), 32);
+    }
+
+    #[test]
+    fn inline_and_boxed_keys_order_bytewise() {
+        let short = vec![b'k'; INLINE_KEY_BYTES];
+        let long = vec![b'k'; INLINE_KEY_BYTES + 1];
+        let mut tree = KeyIndexTree::default();
+        tree.put(&long, rev(2));
+        tree.put(&short, rev(3));
+        tree.put(b"", rev(4));
+        tree.put(b"l", rev(5));
+        assert!(matches!(
+            tree.keys.first_key_value(),
+            Some((IndexKey::Inline { len: 0, .. }, _))
+        ));
+        let keys = tree.live_keys(b"", RangeEnd::Unbounded, 10);
+        assert_eq!(
+            keys,
+            vec![
+                Bytes::new(),
+                Bytes::from(short.clone()),
+                Bytes::from(long.clone()),
+                Bytes::from_static(b"l")
+            ]
+        );
+        assert_eq!(tree.get(&long, 10).map(|a| a.modified), Some(rev(2)));
+        assert_eq!(tree.get(&short, 10).map(|a| a.modified), Some(rev(3)));
+        assert!(tree.get(&long[..INLINE_KEY_BYTES - 1], 10).is_none());
+    }
+
+    #[test]
+    fn key_index_shape_is_canonical() {
+        // A key compacted down to one revision is stored as one written once.
+        let mut tree = KeyIndexTree::default();
+        tree.put(b"foo", rev(2));
+        tree.put(b"foo", rev(3));
+        assert!(matches!(
+            tree.key_index(b"foo").map(|k| &k.repr),
+            Some(Repr::Generations(_))
+        ));
+        assert_eq!(tree.compact(3), vec![(rev(2), false)]);
+        let mut restored = KeyIndexTree::default();
+        restored.restore(b"foo", rev(3), 2, 2);
+        assert_eq!(tree.key_index(b"foo"), restored.key_index(b"foo"));
+        assert!(matches!(
+            tree.key_index(b"foo").map(|k| &k.repr),
+            Some(Repr::Single { .. })
+        ));
+
+        // A sub revision beyond 32 bits keeps the general shape.
+        let big = Revision::new(5, i64::from(u32::MAX) + 1);
+        tree.put(b"bar", big);
+        assert!(matches!(
+            tree.key_index(b"bar").map(|k| &k.repr),
+            Some(Repr::Generations(_))
+        ));
+        assert_eq!(
+            tree.get(b"bar", 5).map(|a| (a.modified, a.version)),
+            Some((big, 1))
+        );
+        tree.rollback([&b"bar"[..]], big);
         assert!(tree.key_index(b"bar").is_none());
     }
 

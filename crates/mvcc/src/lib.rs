@@ -82,6 +82,12 @@
 //!   the overlay miss. The writer removes overlay entries only after the redb
 //!   commit returned, so a miss always finds the record in redb.
 //! * Revisions only grow (asserted in the key index and at `end`).
+//! * Memory is bounded by the key count, not the file: the key index holds
+//!   revisions only (~100 B per key written once, see [`key_index`]), and
+//!   redb's own page cache is capped (`backend::CACHE_BYTES`); the rest of
+//!   the file is left to the OS page cache. Nothing on the commit path reads
+//!   the whole file (redb's page count walks every page: durable and
+//!   compaction commits only).
 //! * One writer at a time (`write`, `compact`, `commit` and
 //!   `set_consistent_index` take the writer lock): never call `commit` or
 //!   `compact` on a thread that holds a [`TxnWrite`].

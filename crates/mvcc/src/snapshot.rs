@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::backend::{self, backend_error, SideTable, KEY_TABLE, META_TABLE};
 use crate::store::{IndexState, Pending, INITIAL_REVISION, NO_COMPACTION};
@@ -92,7 +92,10 @@ impl Store {
         let _defrag = self.defrag_lock.lock();
         let _writer = self.writer.lock();
         let db = self.db();
-        let snapshot_db = Database::open(source).map_err(backend_error)?;
+        let snapshot_db = redb::Builder::new()
+            .set_cache_size(crate::snapshot_file::COPY_CACHE_BYTES)
+            .open(source)
+            .map_err(backend_error)?;
         let snapshot = snapshot_db.begin_read().map_err(backend_error)?;
         let mut txn = db.begin_write().map_err(backend_error)?;
         txn.set_durability(Durability::Immediate)

@@ -381,7 +381,9 @@ impl Store {
         pending.side.clear();
         pending.dirty = false;
         drop(pending);
-        self.size_in_use.store(in_use, Ordering::Relaxed);
+        if let Some(in_use) = in_use {
+            self.size_in_use.store(in_use, Ordering::Relaxed);
+        }
         self.refresh_file_size();
         if durable {
             self.durable_consistent_index
@@ -414,8 +416,9 @@ impl Store {
         }
     }
 
-    /// Bytes of allocated pages as of the last commit (the file size before
-    /// the first commit after open).
+    /// Bytes of allocated pages as of the last durable commit, compaction
+    /// commit or defragmentation (the file size before any of them after
+    /// open): counting them walks the whole file, too costly for every batch.
     pub fn db_size_in_use(&self) -> i64 {
         self.size_in_use.load(Ordering::Relaxed)
     }

@@ -149,6 +149,14 @@ pub struct RaftStatus {
     pub applied_index: u64,
     pub is_leader: bool,
     pub leader_changes: u64,
+    /// Some(commit index) when this member leads a configuration in which
+    /// it is the only voter and has committed an entry of its term: raft
+    /// answers a ReadIndex at once then (a quorum of one), so
+    /// [`RaftHandle::read_index`] takes it from here without a round trip
+    /// to the raft thread. Any write acknowledged before a read began is at
+    /// or below the commit index published by then (it is published before
+    /// the apply side can apply up to it).
+    pub local_read_index: Option<u64>,
 }
 
 /// Delivers raft messages to peers. Must not block: queue and return.
@@ -344,6 +352,12 @@ impl RaftHandle {
     /// by a quorum heartbeat round after this call. Concurrent callers share
     /// one round. Wait for applied ≥ the result before reading locally.
     pub async fn read_index(&self) -> Result<u64, ConsensusError> {
+        let shared = &self.inner.shared;
+        if !shared.stopping.load(Ordering::Acquire) {
+            if let Some(index) = shared.status.lock().local_read_index {
+                return Ok(index);
+            }
+        }
         let (reply, rx) = oneshot::channel();
         self.send(Input::ReadIndex { reply }).await?;
         rx.await.map_err(|_| ConsensusError::Stopped)?

@@ -671,6 +671,10 @@ impl Node {
             applied_index: raft.raft_log.applied,
             is_leader: raft.state == StateRole::Leader,
             leader_changes: self.leader_changes,
+            local_read_index: (raft.state == StateRole::Leader
+                && raft.prs().is_singleton()
+                && raft.commit_to_current_term())
+            .then_some(raft.raft_log.committed),
         };
         let role = crate::Role {
             is_leader: status.is_leader,

@@ -260,6 +260,11 @@ async fn read_index_batches_concurrent_reads_and_sees_committed_writes() {
     propose_concurrently(&handle, "k", 20).await;
     let entries = receive_until(&handle, &mut rx, 21).await;
     let committed = entries.last().unwrap().index;
+    // The only voter answers from its published commit index.
+    assert!(handle
+        .status()
+        .local_read_index
+        .is_some_and(|index| index >= committed));
     let reads: Vec<_> = (0..200)
         .map(|_| {
             let h = handle.clone();

@@ -145,7 +145,12 @@ pub struct LineStream {
 
 impl LineStream {
     pub fn open(endpoint: &str, path: &str, body: &str) -> std::io::Result<LineStream> {
-        let mut reader = send(endpoint, "POST", path, Some(body), REQUEST_TIMEOUT)?;
+        let reader = send(endpoint, "POST", path, Some(body), REQUEST_TIMEOUT)?;
+        LineStream::read_answer_head(reader)
+    }
+
+    /// Reads the answer's status line and headers; the body follows.
+    fn read_answer_head(mut reader: BufReader<TcpStream>) -> std::io::Result<LineStream> {
         let (status, headers) = read_head(&mut reader)?;
         Ok(LineStream {
             status,
@@ -169,16 +174,9 @@ impl LineStream {
             "POST {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
         );
         (&stream).write_all(head.as_bytes())?;
-        let mut reader = BufReader::new(stream);
+        let reader = BufReader::new(stream);
         write_chunk(reader.get_ref(), first)?;
-        let (status, headers) = read_head(&mut reader)?;
-        Ok(LineStream {
-            status,
-            chunked: is_chunked(&headers),
-            headers,
-            reader,
-            pending: Vec::new(),
-        })
+        LineStream::read_answer_head(reader)
     }
 
     /// Sends one more piece of the request body (open_chunked streams).

@@ -201,7 +201,7 @@ pub enum ConsensusError {
 pub(crate) enum Input {
     Propose {
         data: Vec<u8>,
-        reply: oneshot::Sender<Result<(), ConsensusError>>,
+        reply: ProposeReply,
     },
     ProposeConfChange {
         context: Vec<u8>,
@@ -218,6 +218,59 @@ pub(crate) enum Input {
     },
     /// Hands leadership to another voter (raft's MsgTransferLeader).
     TransferLeader(u64),
+}
+
+/// How the raft thread answers a proposal.
+pub(crate) enum ProposeReply {
+    /// Accepted or refused, the caller is told.
+    Always(oneshot::Sender<Result<(), ConsensusError>>),
+    /// Only a refusal is told: accepting wakes nobody.
+    OnRefusal(Arc<RefusalSlot>),
+}
+
+impl ProposeReply {
+    pub(crate) fn send(self, result: Result<(), ConsensusError>) {
+        match self {
+            ProposeReply::Always(tx) => {
+                let _ = tx.send(result);
+            }
+            ProposeReply::OnRefusal(slot) => {
+                if let Err(e) = result {
+                    *slot.error.lock() = Some(e);
+                    slot.notify.notify_one();
+                }
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct RefusalSlot {
+    error: parking_lot::Mutex<Option<ConsensusError>>,
+    notify: Notify,
+}
+
+/// The refusal of a proposal queued with [`RaftHandle::propose_detached`],
+/// if raft refuses it. Raft accepting it (the usual case) sends nothing, so
+/// [`ProposalRefusal::refused`] then never resolves: wait for the entry's
+/// apply alongside it.
+pub struct ProposalRefusal {
+    slot: Arc<RefusalSlot>,
+}
+
+impl ProposalRefusal {
+    /// Resolves with raft's refusal: no leader, proposal dropped, or
+    /// `Stopped` for a proposal still queued when the raft thread stopped.
+    /// Never resolves for an accepted proposal.
+    pub async fn refused(&self) -> ConsensusError {
+        loop {
+            // notify_one keeps a permit when nobody waits yet
+            self.slot.notify.notified().await;
+            if let Some(e) = self.slot.error.lock().take() {
+                return e;
+            }
+        }
+    }
 }
 
 /// State shared between handles and the raft thread without a channel.
@@ -326,8 +379,27 @@ impl RaftHandle {
     /// input queue is full.
     pub async fn propose(&self, data: Vec<u8>) -> Result<(), ConsensusError> {
         let (reply, rx) = oneshot::channel();
-        self.send(Input::Propose { data, reply }).await?;
+        self.send(Input::Propose {
+            data,
+            reply: ProposeReply::Always(reply),
+        })
+        .await?;
         rx.await.map_err(|_| ConsensusError::Stopped)?
+    }
+
+    /// Queues `data` as a raft proposal without a reply when raft accepts
+    /// it: [`RaftHandle::propose`] costs the caller a wake-up (the raft
+    /// thread answering "accepted") that on an idle machine is a good part
+    /// of a lone client's write latency. Resolves once queued; the returned
+    /// [`ProposalRefusal`] resolves only if raft refuses it.
+    pub async fn propose_detached(&self, data: Vec<u8>) -> Result<ProposalRefusal, ConsensusError> {
+        let slot = Arc::new(RefusalSlot::default());
+        self.send(Input::Propose {
+            data,
+            reply: ProposeReply::OnRefusal(slot.clone()),
+        })
+        .await?;
+        Ok(ProposalRefusal { slot })
     }
 
     /// Queues a membership change. It reaches the apply side as an

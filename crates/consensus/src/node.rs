@@ -358,7 +358,7 @@ impl Node {
                         .propose(Vec::new(), data)
                         .map_err(|_| ConsensusError::ProposalDropped)
                 };
-                let _ = reply.send(result);
+                reply.send(result);
             }
             Input::ProposeConfChange {
                 context,
@@ -699,7 +699,8 @@ impl Node {
         self.input.close();
         while let Ok(input) = self.input.try_recv() {
             match input {
-                Input::Propose { reply, .. } | Input::ProposeConfChange { reply, .. } => {
+                Input::Propose { reply, .. } => reply.send(Err(ConsensusError::Stopped)),
+                Input::ProposeConfChange { reply, .. } => {
                     let _ = reply.send(Err(ConsensusError::Stopped));
                 }
                 Input::ReadIndex { reply } => {

@@ -31,6 +31,7 @@ fn small_segments() -> StartOptions {
     StartOptions {
         wal: WalOptions {
             segment_bytes: 2 * 1024,
+            ..Default::default()
         },
         ..Default::default()
     }
@@ -358,4 +359,49 @@ async fn conf_change_is_committed_delivered_and_survives_restart() {
     assert!(entries.iter().all(|e| e.index > 3));
     assert_eq!(entries.last().unwrap().data.as_ref(), b"again");
     handle.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detached_proposal_reports_only_a_refusal() {
+    // A member of three voters alone never has a leader: refused at once.
+    let lonely = tempfile::tempdir().unwrap();
+    let mut cfg = config(lonely.path(), 0);
+    cfg.voters = vec![ID, 2, 3];
+    let (handle, _rx) =
+        start_with_options(cfg, Arc::new(NoopTransport), StartOptions::default()).unwrap();
+    let refusal = handle.propose_detached(b"nobody".to_vec()).await.unwrap();
+    let refused = tokio::time::timeout(Duration::from_secs(5), refusal.refused())
+        .await
+        .expect("a refusal is told");
+    assert!(matches!(refused, ConsensusError::NoLeader), "{refused:?}");
+    handle.stop();
+
+    // An accepted proposal commits, and its refusal never resolves.
+    let dir = tempfile::tempdir().unwrap();
+    let (handle, mut rx) = start(dir.path(), 0);
+    wait_for("leader", Duration::from_secs(10), || {
+        handle.status().is_leader
+    })
+    .await;
+    let refusal = handle.propose_detached(b"accepted".to_vec()).await.unwrap();
+    let mut found = false;
+    while !found {
+        let batch = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("committed in time")
+            .expect("channel open");
+        found = batch.entries.iter().any(|e| e.data.as_ref() == b"accepted");
+        handle.report_applied(batch.entries.last().unwrap().index);
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), refusal.refused())
+            .await
+            .is_err(),
+        "an accepted proposal is not refused"
+    );
+    handle.stop();
+    assert!(matches!(
+        handle.propose_detached(b"late".to_vec()).await,
+        Err(ConsensusError::Stopped)
+    ));
 }

@@ -142,6 +142,9 @@ struct Flags {
         value_parser = parse_go_duration
     )]
     experimental_lease_checkpoint_interval: Duration,
+    /// Disables fsync, unsafe, will cause data loss.
+    #[arg(long, env = "ETCD_UNSAFE_NO_FSYNC", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    unsafe_no_fsync: bool,
     /// Configures log level. Only supports debug, info, warn, error, panic, or fatal.
     #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
     log_level: String,
@@ -289,6 +292,7 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
         auto_compaction,
         initial_corrupt_check: flags.experimental_initial_corrupt_check,
         corrupt_check_time: flags.experimental_corrupt_check_time,
+        unsafe_no_fsync: flags.unsafe_no_fsync,
         ..ServerConfig::default()
     })
 }

@@ -54,6 +54,9 @@ pub struct ServerConfig {
     /// --experimental-corrupt-check-time: the leader's periodic hash
     /// comparison (zero: off).
     pub corrupt_check_time: Duration,
+    /// --unsafe-no-fsync: the WAL is never fdatasync'ed (data loss on an OS
+    /// crash or power failure; a process crash loses nothing).
+    pub unsafe_no_fsync: bool,
 }
 
 impl ServerConfig {
@@ -100,6 +103,7 @@ impl Default for ServerConfig {
             auto_compaction_revision_interval: crate::compactor::REVISION_CHECK_INTERVAL,
             initial_corrupt_check: false,
             corrupt_check_time: Duration::ZERO,
+            unsafe_no_fsync: false,
         }
     }
 }

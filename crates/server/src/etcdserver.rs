@@ -142,28 +142,40 @@ impl EtcdServer {
         }
 
         let deadline = tokio::time::Instant::now() + self.cfg.request_timeout();
-        let applied = self.wait.register(id);
-        if let Err(e) = self
-            .with_leader(deadline, || self.raft.propose(data.clone()))
-            .await
-        {
-            self.wait.cancel(id);
-            self.metrics.proposals_failed.inc();
-            return Err(e);
-        }
-        match tokio::time::timeout_at(deadline, applied).await {
-            Ok(Ok(outcome)) => outcome,
-            // The apply side dropped the waiter: the member is stopping.
-            Ok(Err(_)) => {
-                self.metrics.proposals_failed.inc();
-                Err(rpctypes::STOPPED)
+        let mut applied = self.wait.register(id);
+        let result = loop {
+            // Raft answers only a refusal: accepting costs no wake-up here.
+            let refusal =
+                match tokio::time::timeout_at(deadline, self.raft.propose_detached(data.clone()))
+                    .await
+                {
+                    Ok(Ok(refusal)) => refusal,
+                    Ok(Err(e)) => break Err(errors::from_consensus(&e)),
+                    Err(_) => break Err(rpctypes::TIMEOUT),
+                };
+            tokio::select! {
+                outcome = tokio::time::timeout_at(deadline, &mut applied) => match outcome {
+                    Ok(Ok(outcome)) => return outcome,
+                    // The apply side dropped the waiter: the member is stopping.
+                    Ok(Err(_)) => break Err(rpctypes::STOPPED),
+                    Err(_) => break Err(rpctypes::TIMEOUT),
+                },
+                refused = refusal.refused() => match refused {
+                    // An election is under way: retry until the deadline, as
+                    // with_leader does.
+                    consensus::ConsensusError::NoLeader => {
+                        if tokio::time::Instant::now() + LEADER_POLL_INTERVAL >= deadline {
+                            break Err(rpctypes::TIMEOUT);
+                        }
+                        tokio::time::sleep(LEADER_POLL_INTERVAL).await;
+                    }
+                    e => break Err(errors::from_consensus(&e)),
+                },
             }
-            Err(_) => {
-                self.wait.cancel(id);
-                self.metrics.proposals_failed.inc();
-                Err(rpctypes::TIMEOUT)
-            }
-        }
+        };
+        self.wait.cancel(id);
+        self.metrics.proposals_failed.inc();
+        result
     }
 
     /// Waits until this member has applied everything committed when the

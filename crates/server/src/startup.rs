@@ -435,6 +435,10 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     let options = consensus::StartOptions {
         snapshot_catch_up_entries: cfg.snapshot_catch_up_entries,
         wal_sync_observer: Some(metrics.wal_sync_observer()),
+        wal: consensus::wal::WalOptions {
+            unsafe_no_fsync: cfg.unsafe_no_fsync,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let (raft, committed) = consensus::start_with_options(raft_cfg, transport, options)?;

@@ -148,12 +148,17 @@ const METADATA_READ_LIMIT: u64 = 1 << 20;
 #[derive(Clone, Debug)]
 pub struct WalOptions {
     pub segment_bytes: u64,
+    /// etcd's --unsafe-no-fsync: records are written but never fdatasync'ed,
+    /// so an OS crash or power loss can lose acknowledged writes (a process
+    /// crash cannot: the page cache keeps them). For benchmarks and tests.
+    pub unsafe_no_fsync: bool,
 }
 
 impl Default for WalOptions {
     fn default() -> Self {
         WalOptions {
             segment_bytes: SEGMENT_BYTES,
+            unsafe_no_fsync: false,
         }
     }
 }
@@ -457,7 +462,9 @@ impl Wal {
             return Ok(());
         }
         let started = std::time::Instant::now();
-        self.active.sync_data().map_err(io_err(&path))?;
+        if !self.options.unsafe_no_fsync {
+            self.active.sync_data().map_err(io_err(&path))?;
+        }
         if let Some(observer) = &self.sync_observer {
             (observer.0)(started.elapsed());
         }

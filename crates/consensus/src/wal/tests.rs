@@ -37,6 +37,7 @@ const SMALL: u64 = 64 * 1024;
 fn small() -> WalOptions {
     WalOptions {
         segment_bytes: SMALL,
+        ..Default::default()
     }
 }
 
@@ -57,6 +58,22 @@ fn write_log_with(dir: &Path, n: u64, options: WalOptions) -> (PathBuf, u64) {
 /// [`write_log_with`] on [`SMALL`] segments; returns the segment's path.
 fn write_log(dir: &Path, n: u64) -> PathBuf {
     write_log_with(dir, n, small()).0
+}
+
+/// --unsafe-no-fsync skips only the fdatasync: every record still reaches
+/// the file (a process crash loses nothing), segments are still cut.
+#[test]
+fn unsafe_no_fsync_still_writes_every_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = WalOptions {
+        segment_bytes: 4096,
+        unsafe_no_fsync: true,
+    };
+    let (_, _) = write_log_with(dir.path(), 300, options.clone());
+    let (wal, c) = Wal::open(dir.path(), options).unwrap();
+    assert_eq!(indexes(&c), (1..=300).collect::<Vec<_>>());
+    assert_eq!(c.hard_state, hs(1, 1, 300));
+    assert!(wal.segment_paths().len() > 1, "segments were cut");
 }
 
 #[test]
@@ -289,6 +306,7 @@ fn wal_sealed_segments_have_no_zero_tail() {
     let dir = tempfile::tempdir().unwrap();
     let opts = WalOptions {
         segment_bytes: 4096,
+        ..Default::default()
     };
     let mut wal = Wal::create(dir.path(), meta(), opts.clone()).unwrap();
     for i in 1..=200 {
@@ -334,7 +352,10 @@ fn wal_cut_truncates_a_preallocated_tail_beyond_segment_bytes() {
     // reopened with a smaller segment size than the file was preallocated to
     let dir = tempfile::tempdir().unwrap();
     let (first, _) = write_log_with(dir.path(), 3, small());
-    let opts = WalOptions { segment_bytes: 512 };
+    let opts = WalOptions {
+        segment_bytes: 512,
+        ..Default::default()
+    };
     let (mut wal, _) = Wal::open(dir.path(), opts.clone()).unwrap();
     for i in 4..=20 {
         wal.append(&[entry(i, 1, &[9u8; 64])], None);
@@ -420,7 +441,10 @@ fn wal_refuses_non_zero_bytes_in_the_preallocated_tail() {
 #[test]
 fn wal_refuses_damage_in_a_sealed_segment() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = WalOptions { segment_bytes: 256 };
+    let opts = WalOptions {
+        segment_bytes: 256,
+        ..Default::default()
+    };
     let mut wal = Wal::create(dir.path(), meta(), opts.clone()).unwrap();
     for i in 1..=20 {
         wal.append(&[entry(i, 1, &[7u8; 64])], None);
@@ -443,7 +467,10 @@ fn wal_refuses_damage_in_a_sealed_segment() {
 #[test]
 fn wal_cuts_segments_and_release_keeps_the_segment_holding_the_index() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = WalOptions { segment_bytes: 512 };
+    let opts = WalOptions {
+        segment_bytes: 512,
+        ..Default::default()
+    };
     let mut wal = Wal::create(dir.path(), meta(), opts.clone()).unwrap();
     for i in 1..=100 {
         wal.append(&[entry(i, 1, &[1u8; 40])], Some(&hs(1, 1, i)));

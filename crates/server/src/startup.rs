@@ -439,7 +439,6 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
             unsafe_no_fsync: cfg.unsafe_no_fsync,
             ..Default::default()
         },
-        ..Default::default()
     };
     let (raft, committed) = consensus::start_with_options(raft_cfg, transport, options)?;
     tracing::info!("local-member-id" = %format!("{:x}", member.id), "cluster-id" = %format!("{:x}", cluster_id),

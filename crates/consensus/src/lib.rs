@@ -162,6 +162,13 @@ pub struct RaftStatus {
 /// Delivers raft messages to peers. Must not block: queue and return.
 pub trait Transport: Send + Sync {
     fn send(&self, msgs: Vec<eraftpb::Message>);
+
+    /// Called once on the raft thread when it starts, with the handle of
+    /// the runtime it drives whenever it waits: peer I/O spawned there runs
+    /// on the raft thread itself, so a message from a peer reaches raft
+    /// without a thread wake-up. Whatever `send` queued is flushed there
+    /// before the raft thread blocks on a disk write (see `Node`).
+    fn start(&self, _io: &tokio::runtime::Handle) {}
 }
 
 /// The transport of a single-member cluster: there is nobody to talk to.
@@ -292,6 +299,8 @@ pub(crate) struct Shared {
     /// [`RaftHandle::batch_applied`].
     pub queued_batches: AtomicU64,
     pub inline_apply: std::sync::OnceLock<InlineApply>,
+    /// The raft thread's runtime (see [`Transport::start`]).
+    pub io: std::sync::OnceLock<tokio::runtime::Handle>,
 }
 
 /// Applies a committed batch on the raft thread, or hands it back (the apply
@@ -351,6 +360,7 @@ pub fn start_with_options(
         role: tokio::sync::watch::channel(Role::default()).0,
         queued_batches: AtomicU64::new(0),
         inline_apply: std::sync::OnceLock::new(),
+        io: std::sync::OnceLock::new(),
     });
     let node = node::Node::load(
         &cfg,
@@ -440,6 +450,12 @@ impl RaftHandle {
     /// `status().leader` for the outcome.
     pub async fn transfer_leader(&self, transferee: u64) -> Result<(), ConsensusError> {
         self.send(Input::TransferLeader(transferee)).await
+    }
+
+    /// The runtime the raft thread drives while it waits, once started:
+    /// peer links spawned there deliver messages without a thread hop.
+    pub fn io_runtime(&self) -> Option<tokio::runtime::Handle> {
+        self.inner.shared.io.get().cloned()
     }
 
     /// Hands a raft message from a peer to the raft thread.

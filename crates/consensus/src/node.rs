@@ -275,9 +275,14 @@ impl Node {
     pub(crate) fn run(mut self) {
         match tokio::runtime::Builder::new_current_thread()
             .enable_time()
+            .enable_io()
             .build()
         {
-            Ok(runtime) => self.runtime = Some(runtime),
+            Ok(runtime) => {
+                let _ = self.shared.io.set(runtime.handle().clone());
+                self.transport.start(runtime.handle());
+                self.runtime = Some(runtime);
+            }
             Err(e) => {
                 tracing::error!(error = %e, "raft: cannot build the raft thread's timer runtime");
                 self.shutdown();
@@ -492,6 +497,7 @@ impl Node {
             // A leader sends before persisting (raft thesis 10.2.1).
             if !rd.messages().is_empty() {
                 self.transport.send(rd.take_messages());
+                self.flush_io();
             }
             if !rd.snapshot().is_empty() {
                 let snapshot = rd.snapshot().clone();
@@ -524,6 +530,7 @@ impl Node {
             let persisted = rd.take_persisted_messages();
             if !persisted.is_empty() {
                 self.transport.send(persisted);
+                self.flush_io();
             }
             let mut light = self.raw.advance_append(rd);
             if let Some(commit) = light.commit_index() {
@@ -540,6 +547,7 @@ impl Node {
             let msgs = light.take_messages();
             if !msgs.is_empty() {
                 self.transport.send(msgs);
+                self.flush_io();
             }
             // Publish the commit index before the apply side can apply up
             // to it: applied must never be seen ahead of committed.
@@ -548,6 +556,15 @@ impl Node {
             self.deliver(light.take_committed_entries())?;
         }
         Ok(())
+    }
+
+    /// Lets the peer links on this thread's runtime write what `send` just
+    /// queued, now rather than at the next wait: the leader's appends must
+    /// be on the wire while it fdatasyncs.
+    fn flush_io(&self) {
+        if let Some(runtime) = &self.runtime {
+            runtime.block_on(tokio::task::yield_now());
+        }
     }
 
     /// A snapshot from the leader: raft's view is replaced wholesale.

@@ -460,3 +460,99 @@ fn etcdctl_endpoint_status_cluster_shows_one_leader_and_one_term() {
         );
     }
 }
+
+/// Opens a raft link to `peer` (host:port) with the given hello; returns
+/// the stream after writing `then`.
+async fn raft_link(
+    peer: &str,
+    cluster_id: u64,
+    from: u64,
+    to: u64,
+    then: &[u8],
+) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(peer).await.unwrap();
+    let mut hello = b"OXRAFT01".to_vec();
+    for v in [cluster_id, from, to] {
+        hello.extend_from_slice(&v.to_le_bytes());
+    }
+    hello.extend_from_slice(then);
+    stream.write_all(&hello).await.unwrap();
+    stream
+}
+
+/// The member closes the link: a read ends (EOF or reset) in time.
+async fn closed_by_member(mut stream: tokio::net::TcpStream, what: &str) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 16];
+    match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await {
+        Ok(Ok(0)) | Ok(Err(_)) => {}
+        Ok(Ok(n)) => panic!("{what}: the member wrote {n} bytes on a raft link"),
+        Err(_) => panic!("{what}: the member kept the link open"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_port_closes_bad_raft_links_and_keeps_replicating() {
+    let cluster = Cluster::start(3, &[]);
+    let mut c = client(&[cluster.endpoint(0)]).await;
+    let status = c.status().await.unwrap();
+    let header = status.header().unwrap();
+    let (cluster_id, me) = (header.cluster_id(), header.member_id());
+    let peer = cluster
+        .peer_url(0)
+        .trim_start_matches("http://")
+        .to_string();
+
+    // another cluster, another member
+    closed_by_member(
+        raft_link(&peer, cluster_id ^ 1, 7, me, &[]).await,
+        "wrong cluster",
+    )
+    .await;
+    closed_by_member(
+        raft_link(&peer, cluster_id, 7, me ^ 1, &[]).await,
+        "wrong member",
+    )
+    .await;
+    // a length beyond any raft message, then a body that is not a message
+    let huge = u32::MAX.to_le_bytes();
+    closed_by_member(
+        raft_link(&peer, cluster_id, 7, me, &huge).await,
+        "oversized frame",
+    )
+    .await;
+    let mut garbage = 6u32.to_le_bytes().to_vec();
+    garbage.extend_from_slice(&[0xff; 6]);
+    closed_by_member(
+        raft_link(&peer, cluster_id, 7, me, &garbage).await,
+        "undecodable frame",
+    )
+    .await;
+    // half a magic, then gone; and a stream that is neither raft nor HTTP/2
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut s = tokio::net::TcpStream::connect(&peer).await.unwrap();
+        s.write_all(b"OXRA").await.unwrap();
+        drop(s);
+        let mut s = tokio::net::TcpStream::connect(&peer).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        drop(s);
+    }
+    let log = cluster.members[0].as_ref().unwrap().log_text();
+    assert!(
+        log.contains("refused a raft link for another cluster or member"),
+        "{log}"
+    );
+
+    // The member still replicates, both ways.
+    for i in [0, 2] {
+        let mut c = client(&[cluster.endpoint(i)]).await;
+        c.put(format!("after-bad-links-{i}"), "v", None)
+            .await
+            .unwrap();
+    }
+    hashes_converge(&cluster).await;
+}

@@ -573,12 +573,64 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     })
 }
 
+/// Connections to the peer listener waiting for the gRPC server.
+const PEER_ACCEPT_QUEUE: usize = 64;
+
 async fn serve_peers(
     server: Arc<EtcdServer>,
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    // Raft links (a raw framed stream, see consensus::transport) and gRPC
+    // share the port: each connection is sorted by its first bytes.
+    let (grpc_tx, grpc_rx) =
+        tokio::sync::mpsc::channel::<std::io::Result<tokio::net::TcpStream>>(PEER_ACCEPT_QUEUE);
+    let sorter = {
+        let server = server.clone();
+        let mut shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    accepted = listener.accept() => accepted,
+                    _ = shutdown.wait_for(|stop| *stop) => return,
+                };
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // out of descriptors and the like: do not spin
+                        tracing::warn!(error = %e, "peer listener: accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let (cluster_id, id) = (server.cluster_id, server.member.id);
+                let raft = server.raft.clone();
+                let observer = server.metrics.network.clone();
+                let grpc_tx = grpc_tx.clone();
+                let mut shutdown = shutdown.clone();
+                tokio::spawn(async move {
+                    match consensus::transport::is_raft_link(&stream).await {
+                        Some(true) => {
+                            // on the raft thread, which ends it when it stops
+                            let link = consensus::transport::adopt_raft_link(
+                                stream, cluster_id, id, raft, observer,
+                            );
+                            tokio::select! {
+                                _ = link => {}
+                                _ = shutdown.wait_for(|stop| *stop) => {}
+                            }
+                        }
+                        Some(false) => {
+                            let _ = grpc_tx.send(Ok(stream)).await;
+                        }
+                        None => {}
+                    }
+                });
+            }
+        })
+    };
+    let incoming = tokio_stream::wrappers::ReceiverStream::new(grpc_rx);
     let snap_dir = server.cfg.member_dir().join("snap");
     let peer = PeerService::server(
         server.member.id,
@@ -597,6 +649,7 @@ async fn serve_peers(
             let _ = shutdown.wait_for(|stop| *stop).await;
         })
         .await;
+    sorter.abort();
     if let Err(e) = result {
         tracing::error!(error = %e, "peer listener stopped");
     }

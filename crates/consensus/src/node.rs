@@ -496,8 +496,7 @@ impl Node {
             }
             // A leader sends before persisting (raft thesis 10.2.1).
             if !rd.messages().is_empty() {
-                self.transport.send(rd.take_messages());
-                self.flush_io();
+                self.send_now(rd.take_messages());
             }
             if !rd.snapshot().is_empty() {
                 let snapshot = rd.snapshot().clone();
@@ -529,8 +528,7 @@ impl Node {
             }
             let persisted = rd.take_persisted_messages();
             if !persisted.is_empty() {
-                self.transport.send(persisted);
-                self.flush_io();
+                self.send_now(persisted);
             }
             let mut light = self.raw.advance_append(rd);
             if let Some(commit) = light.commit_index() {
@@ -546,8 +544,7 @@ impl Node {
             }
             let msgs = light.take_messages();
             if !msgs.is_empty() {
-                self.transport.send(msgs);
-                self.flush_io();
+                self.send_now(msgs);
             }
             // Publish the commit index before the apply side can apply up
             // to it: applied must never be seen ahead of committed.
@@ -558,10 +555,11 @@ impl Node {
         Ok(())
     }
 
-    /// Lets the peer links on this thread's runtime write what `send` just
-    /// queued, now rather than at the next wait: the leader's appends must
+    /// Sends, and lets the peer links on this thread's runtime write the
+    /// messages now rather than at the next wait: the leader's appends must
     /// be on the wire while it fdatasyncs.
-    fn flush_io(&self) {
+    fn send_now(&self, msgs: Vec<raft::eraftpb::Message>) {
+        self.transport.send(msgs);
         if let Some(runtime) = &self.runtime {
             runtime.block_on(tokio::task::yield_now());
         }

@@ -164,10 +164,9 @@ impl EtcdServer {
                     // An election is under way: retry until the deadline, as
                     // with_leader does.
                     consensus::ConsensusError::NoLeader => {
-                        if tokio::time::Instant::now() + LEADER_POLL_INTERVAL >= deadline {
-                            break Err(rpctypes::TIMEOUT);
+                        if let Err(e) = leader_poll(deadline).await {
+                            break Err(e);
                         }
-                        tokio::time::sleep(LEADER_POLL_INTERVAL).await;
                     }
                     e => break Err(errors::from_consensus(&e)),
                 },
@@ -206,12 +205,7 @@ impl EtcdServer {
         loop {
             match tokio::time::timeout_at(deadline, op()).await {
                 Ok(Ok(value)) => return Ok(value),
-                Ok(Err(consensus::ConsensusError::NoLeader)) => {
-                    if tokio::time::Instant::now() + LEADER_POLL_INTERVAL >= deadline {
-                        return Err(rpctypes::TIMEOUT);
-                    }
-                    tokio::time::sleep(LEADER_POLL_INTERVAL).await;
-                }
+                Ok(Err(consensus::ConsensusError::NoLeader)) => leader_poll(deadline).await?,
                 Ok(Err(consensus::ConsensusError::Timeout)) | Err(_) => {
                     return Err(rpctypes::TIMEOUT)
                 }
@@ -344,4 +338,14 @@ impl RequestIdGenerator {
         let suffix = self.suffix.fetch_add(1, Ordering::Relaxed) + 1;
         self.prefix | (suffix & ((1 << SUFFIX_BITS) - 1))
     }
+}
+
+/// Waits one leader poll interval before a retry; "request timed out" if
+/// that would pass `deadline`.
+async fn leader_poll(deadline: tokio::time::Instant) -> Result<(), EtcdError> {
+    if tokio::time::Instant::now() + LEADER_POLL_INTERVAL >= deadline {
+        return Err(rpctypes::TIMEOUT);
+    }
+    tokio::time::sleep(LEADER_POLL_INTERVAL).await;
+    Ok(())
 }

@@ -7,6 +7,12 @@ use bench::report::Precision;
 use bench::workloads::{health, lease, lease_expire, put, range, txn_put, watch, watch_latency};
 use clap::{ArgAction, Parser, Subcommand};
 
+/// mimalloc, as oxcd: with glibc's malloc a third of oxbench's CPU went to
+/// malloc/free and their arena locks (perf, range 100 clients), and the
+/// client shares the 2 cores with the server it measures.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "oxbench",

@@ -573,6 +573,33 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     })
 }
 
+/// The next connection on `listener`, with TCP_NODELAY set (without it small
+/// responses wait for delayed ACKs, ~40 ms); None once `shutdown` is set.
+/// A failed accept (out of descriptors and the like) is logged and retried
+/// after a pause rather than in a spin.
+async fn accept_until_stop(
+    listener: &TcpListener,
+    shutdown: &mut watch::Receiver<bool>,
+    which: &str,
+) -> Option<tokio::net::TcpStream> {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.wait_for(|stop| *stop) => return None,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                let _ = stream.set_nodelay(true);
+                return Some(stream);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "{which} listener: accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
 /// Connections to the peer listener waiting for the gRPC server.
 const PEER_ACCEPT_QUEUE: usize = 64;
 
@@ -589,21 +616,7 @@ async fn serve_peers(
         let server = server.clone();
         let mut shutdown = shutdown.clone();
         tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    accepted = listener.accept() => accepted,
-                    _ = shutdown.wait_for(|stop| *stop) => return,
-                };
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(e) => {
-                        // out of descriptors and the like: do not spin
-                        tracing::warn!(error = %e, "peer listener: accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
+            while let Some(stream) = accept_until_stop(&listener, &mut shutdown, "peer").await {
                 let (cluster_id, id) = (server.cluster_id, server.member.id);
                 let raft = server.raft.clone();
                 let observer = server.metrics.network.clone();
@@ -714,22 +727,7 @@ fn serve_clients(
             return;
         }
         let mut next = 0;
-        loop {
-            let accepted = tokio::select! {
-                accepted = listener.accept() => accepted,
-                _ = shutdown.wait_for(|stop| *stop) => break,
-            };
-            let stream = match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    // out of descriptors and the like: do not spin
-                    tracing::warn!(error = %e, "client listener: accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            // Without TCP_NODELAY small responses wait for delayed ACKs (~40 ms).
-            let _ = stream.set_nodelay(true);
+        while let Some(stream) = accept_until_stop(&listener, &mut shutdown, "client").await {
             // Leave this runtime's reactor; the connection thread registers it
             // with its own.
             let Ok(stream) = stream.into_std() else {
@@ -744,12 +742,10 @@ fn serve_clients(
         // Closing the queues lets each thread's server finish its connections
         // (graceful, as on the shutdown signal); if this task is dropped before
         // they are done, the threads' hard-stop senders drop with it.
-        let mut done = Vec::with_capacity(workers.len());
-        let mut hard_stops = Vec::with_capacity(workers.len());
-        for worker in workers {
-            done.push(worker.done);
-            hard_stops.push(worker.hard_stop);
-        }
+        let (done, hard_stops): (Vec<_>, Vec<_>) = workers
+            .into_iter()
+            .map(|worker| (worker.done, worker.hard_stop))
+            .unzip();
         for finished in done {
             let _ = finished.await;
         }

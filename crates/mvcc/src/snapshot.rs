@@ -111,11 +111,28 @@ impl Store {
         drop(snapshot_db);
 
         let loaded = backend::load(&db)?;
-        *self.state.write() = IndexState {
-            tree: loaded.index,
-            current_revision: loaded.current_revision.max(INITIAL_REVISION),
-            compact_revision: loaded.compact_revision.max(NO_COMPACTION),
+        // The revision jumps here without a write transaction, so no watcher
+        // was notified of the revisions in between: synced watchers go back
+        // to unsynced and catch up from the restored file (etcd's
+        // watchableStore.Restore). Hub lock first (lock order), so no write
+        // or new watcher slips between the jump and the move.
+        let mut watchers = self.watch.lock();
+        let previous_revision = {
+            let mut state = self.state.write();
+            let previous = state.current_revision;
+            *state = IndexState {
+                tree: loaded.index,
+                current_revision: loaded.current_revision.max(INITIAL_REVISION),
+                compact_revision: loaded.compact_revision.max(NO_COMPACTION),
+            };
+            previous
         };
+        let restored_revision = self.state.read().current_revision;
+        let moved = watchers.unsync_after_jump(previous_revision, restored_revision);
+        drop(watchers);
+        if moved {
+            self.watch.signal.wake();
+        }
         *self.loaded_leased_keys.lock() = loaded.leased_keys;
         *self.pending.write() = Pending {
             consistent_index: loaded.consistent_index,

@@ -290,6 +290,31 @@ impl Groups {
         moved_aside
     }
 
+    /// The store's revision jumped from `previous` to `restored` without
+    /// notifying anyone (a snapshot install). Each synced watcher has seen
+    /// everything up to `previous`; one that still needs a revision at or
+    /// below `restored` moves to unsynced to read it from the backend (or to
+    /// be canceled with the compact revision if the restored file no longer
+    /// holds it). Returns whether any moved (the syncer must run).
+    pub fn unsync_after_jump(&mut self, previous: i64, restored: i64) -> bool {
+        let mut moved = false;
+        for (gid, watcher) in self.watchers.iter_mut() {
+            if watcher.state != WatcherState::Synced {
+                continue;
+            }
+            let next = watcher.min_rev.max(previous + 1);
+            if next > restored {
+                continue; // a future start revision the jump did not reach
+            }
+            watcher.min_rev = next;
+            watcher.state = WatcherState::Unsynced;
+            self.synced.remove(*gid, &watcher.key, &watcher.end);
+            self.unsynced.insert(*gid);
+            moved = true;
+        }
+        moved
+    }
+
     /// Answers a stream's pending RequestProgress if all its watchers are
     /// synced (etcd 3.5.13's progressIfSync: no watcher, no answer).
     pub fn answer_progress(&mut self, stream_id: u64, current: i64) {

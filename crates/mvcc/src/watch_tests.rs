@@ -484,3 +484,98 @@ fn background_syncer_catches_up_without_being_driven() {
     }
     assert_eq!(events(&got), vec![(EventType::Put, "k".into(), 2)]);
 }
+
+/// A leader's backup for `restore_from`: "k" put at 2..=6 (as the
+/// follower's own history), then `extra_puts` alternating between "k" and
+/// "other", then an optional compaction.
+fn leader_backup(
+    dir: &std::path::Path,
+    extra_puts: usize,
+    compact_at: Option<i64>,
+) -> std::path::PathBuf {
+    let leader = Store::open(&dir.join("leader.db")).unwrap();
+    for i in 0..5 {
+        put(&leader, "k", &i.to_string()); // 2..=6, as the follower
+    }
+    for i in 0..extra_puts {
+        put(
+            &leader,
+            if i % 2 == 0 { "k" } else { "other" },
+            &format!("x{i}"),
+        );
+    }
+    if let Some(rev) = compact_at {
+        leader.compact(rev, 0).unwrap();
+    }
+    let path = dir.join("snap.db");
+    leader.backup_to(&path).unwrap();
+    path
+}
+
+#[test]
+fn watch_never_skips_a_revision_when_its_store_installs_a_snapshot() {
+    let t = open();
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = leader_backup(dir.path(), 40, None); // the leader reaches 46
+    for i in 0..5 {
+        put(&t.store, "k", &i.to_string());
+    }
+    let s = stream(&t.store);
+    let all = s.watch(key_watch("k", 1)).unwrap();
+    let live = s.watch(key_watch("k", 0)).unwrap();
+    let future = s.watch(key_watch("k", 100)).unwrap();
+    sync_until_idle(&t.store);
+    let before = drain(&s);
+    assert_eq!(
+        events(&before).len(),
+        5,
+        "history 2..=6 delivered: {before:?}"
+    );
+    assert!(s.unsynced_ids().is_empty());
+
+    t.store.restore_from(&snapshot).unwrap();
+    assert_eq!(t.store.current_revision(), 46);
+    // Watchers that had seen up to 6 need 7..=46 from the restored file.
+    assert_eq!(s.unsynced_ids(), vec![all, live]);
+    sync_until_idle(&t.store);
+    put(&t.store, "k", "after"); // 47: live again
+    let got = drain(&s);
+    let want: Vec<(EventType, String, i64)> = (7..=47)
+        .filter(|rev| rev % 2 == 1) // "k" at odd revisions from 7, then 47
+        .map(|rev| (EventType::Put, "k".to_string(), rev))
+        .collect();
+    for id in [all, live] {
+        let mine: Vec<WatchResponse> = got.iter().filter(|r| r.watch_id == id).cloned().collect();
+        assert_eq!(
+            events(&mine),
+            want,
+            "watcher {id}: every revision once, in order"
+        );
+        assert!(mine.iter().all(|r| !r.canceled && r.compact_revision == 0));
+    }
+    assert!(
+        got.iter().all(|r| r.watch_id != future),
+        "a future start revision is not reached"
+    );
+    put(&t.store, "k", "more"); // 48 .. up to 100 stays silent for `future`
+    assert!(drain(&s).iter().all(|r| r.watch_id != future));
+}
+
+#[test]
+fn watch_behind_a_restored_snapshots_compaction_is_canceled_not_skipped() {
+    let t = open();
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = leader_backup(dir.path(), 40, Some(30));
+    for i in 0..5 {
+        put(&t.store, "k", &i.to_string());
+    }
+    let s = stream(&t.store);
+    let id = s.watch(key_watch("k", 0)).unwrap();
+    drain(&s);
+    t.store.restore_from(&snapshot).unwrap();
+    sync_until_idle(&t.store);
+    let got = drain(&s);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(got[0].canceled && got[0].watch_id == id && got[0].compact_revision == 30);
+    assert!(got[0].events.is_empty());
+}

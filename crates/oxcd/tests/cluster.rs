@@ -408,6 +408,99 @@ async fn watch_resumes_on_another_member_without_gap_or_duplicate() {
     );
 }
 
+/// The fault injector's finding: a follower that catches up from a
+/// snapshot must still deliver every revision to the watchers it serves
+/// (etcd's watchableStore.Restore moves them to unsynced).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_on_a_follower_never_skips_a_revision_across_a_snapshot_install() {
+    use etcd_client::WatchOptions;
+    const BEFORE: usize = 50;
+    // More entries than the leader keeps in flight to one follower (512
+    // MsgApps, which the paused member's socket would buffer and deliver).
+    const WHILE_PAUSED: usize = 1200;
+    const AFTER: usize = 50;
+    let args = [
+        "--snapshot-count",
+        "100",
+        "--experimental-snapshot-catchup-entries",
+        "10",
+    ];
+    let cluster = Cluster::start(3, &args);
+    let writing = leader(&cluster).await;
+    let watched = (writing + 1) % 3;
+    let mut writer = client(&[cluster.endpoint(writing)]).await;
+    let start = writer
+        .put("w/start", "v", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    let mut watcher = client(&[cluster.endpoint(watched)]).await;
+    let mut stream = watcher
+        .watch(
+            "w/",
+            Some(WatchOptions::new().with_prefix().with_start_revision(start)),
+        )
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let put_range = |c: &mut etcd_client::Client, from: usize, to: usize| {
+        let mut c = c.clone();
+        async move {
+            let mut last = 0;
+            for i in from..to {
+                last = c
+                    .put(format!("w/{i:04}"), "v", None)
+                    .await
+                    .unwrap()
+                    .header()
+                    .unwrap()
+                    .revision();
+            }
+            last
+        }
+    };
+    put_range(&mut writer, 1, BEFORE).await;
+    assert!(
+        collect_events(&mut stream, &mut seen, BEFORE).await,
+        "events before the pause"
+    );
+    // The watched follower neither sends nor answers while the others go
+    // far past the log the leader keeps: it can only catch up by snapshot.
+    cluster.pause(watched);
+    put_range(&mut writer, BEFORE, BEFORE + WHILE_PAUSED).await;
+    cluster.resume(watched);
+    let last = put_range(
+        &mut writer,
+        BEFORE + WHILE_PAUSED,
+        BEFORE + WHILE_PAUSED + AFTER,
+    )
+    .await;
+    let total = BEFORE + WHILE_PAUSED + AFTER;
+    assert!(
+        collect_events(&mut stream, &mut seen, total).await,
+        "got {} of {total} events",
+        seen.len()
+    );
+    let log = cluster.members[watched].as_ref().unwrap().log_text();
+    assert!(
+        log.contains("applied database snapshot"),
+        "caught up without a snapshot:\n{}",
+        (0..3)
+            .map(|i| cluster.members[i].as_ref().unwrap().log_text())
+            .collect::<Vec<_>>()
+            .join("\n=====\n")
+    );
+    let revisions: Vec<i64> = seen.iter().map(|e| e.0).collect();
+    let skipped: Vec<&[i64]> = revisions.windows(2).filter(|w| w[1] != w[0] + 1).collect();
+    assert!(
+        skipped.is_empty(),
+        "a gap or a duplicate across the snapshot: {skipped:?}"
+    );
+    assert_eq!((revisions[0], *revisions.last().unwrap()), (start, last));
+}
+
 #[test]
 fn etcdctl_endpoint_status_cluster_shows_one_leader_and_one_term() {
     let cluster = Cluster::start(3, &[]);

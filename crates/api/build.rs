@@ -22,6 +22,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let descriptors = protox::compile(&files, [&root])?;
     tonic_prost_build::configure()
         .bytes(".")
+        // prost's codec, but a TxnRequest decoded without its depth limit (src/codec.rs)
+        .codec_path("crate::codec::EtcdCodec")
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -24,6 +24,7 @@ pub mod v3lockpb {
 pub mod leasepb {
     tonic::include_proto!("leasepb");
 }
+pub mod codec;
 pub mod rpctypes;
 pub mod oxcdpeerpb {
     tonic::include_proto!("oxcdpeerpb");

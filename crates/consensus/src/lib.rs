@@ -58,6 +58,7 @@
 //! `wal/%016x-%016x.wal` (see [`wal`] for the record layout) and
 //! `snap/%016x-%016x.snap` (see [`snap`]). `snap/db` belongs to the backend.
 
+mod fatal;
 pub mod logger;
 mod node;
 pub mod snap;
@@ -73,6 +74,7 @@ use std::time::Duration;
 use raft::eraftpb;
 use tokio::sync::{mpsc, oneshot, Notify};
 
+pub use fatal::Fatal;
 pub use raft;
 pub use snap::SnapError;
 pub use wal::WalError;
@@ -103,6 +105,11 @@ pub const MAX_INFLIGHT_MSGS: usize = 512;
 /// with 100 clients on all members, A/B: ~10% more req/s and ~15% less CPU
 /// per read than 64 rounds in flight).
 pub const MAX_READ_ROUNDS_IN_FLIGHT: usize = 1;
+
+/// The raft thread's stack: inline apply runs the apply side's code on it,
+/// which recurses once per level of a nested txn (the server's request
+/// threads get the same for the same reason). Only pages used are mapped.
+pub const RAFT_THREAD_STACK_BYTES: usize = 16 << 20;
 
 #[derive(Clone, Debug)]
 pub struct RaftConfig {
@@ -306,6 +313,9 @@ pub(crate) struct Shared {
     pub inline_apply: std::sync::OnceLock<InlineApply>,
     /// The raft thread's runtime (see [`Transport::start`]).
     pub io: std::sync::OnceLock<tokio::runtime::Handle>,
+    /// Raised when the raft loop stops on an error (a WAL or snapshot write
+    /// failed): the member cannot go on.
+    pub fatal: Arc<Fatal>,
 }
 
 /// Applies a committed batch on the raft thread, or hands it back (the apply
@@ -366,6 +376,7 @@ pub fn start_with_options(
         queued_batches: AtomicU64::new(0),
         inline_apply: std::sync::OnceLock::new(),
         io: std::sync::OnceLock::new(),
+        fatal: Arc::new(Fatal::default()),
     });
     let node = node::Node::load(
         &cfg,
@@ -377,6 +388,7 @@ pub fn start_with_options(
     )?;
     let thread = std::thread::Builder::new()
         .name(format!("raft-{:x}", cfg.id))
+        .stack_size(RAFT_THREAD_STACK_BYTES)
         .spawn(move || node.run())?;
     let handle = RaftHandle {
         inner: Arc::new(HandleInner {
@@ -522,6 +534,12 @@ impl RaftHandle {
             .snapshot_request
             .fetch_max(index, Ordering::AcqRel);
         self.inner.shared.wake.notify_one();
+    }
+
+    /// The member's fatal-error signal: the raft loop raises it when it
+    /// stops on an error; the apply side shares it.
+    pub fn fatal(&self) -> Arc<Fatal> {
+        self.inner.shared.fatal.clone()
     }
 
     /// The status published after the last Ready; no round trip.

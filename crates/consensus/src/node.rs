@@ -73,12 +73,6 @@ fn corrupt(msg: String) -> ConsensusError {
     ConsensusError::Corrupt(msg)
 }
 
-impl ConsensusError {
-    fn from_protobuf(e: protobuf::ProtobufError) -> ConsensusError {
-        ConsensusError::Corrupt(format!("undecodable conf change: {e}"))
-    }
-}
-
 impl Node {
     /// Builds the node from disk (or bootstraps a new member).
     pub(crate) fn load(
@@ -291,7 +285,7 @@ impl Node {
         }
         // Persist what loading produced (a campaign's vote) before waiting.
         if let Err(e) = self.turn() {
-            log_loop_exit(&e);
+            self.loop_exit(&e);
             self.shutdown();
             return;
         }
@@ -302,7 +296,7 @@ impl Node {
                 self.handle_input(input);
             }
             if let Err(e) = self.turn() {
-                log_loop_exit(&e);
+                self.loop_exit(&e);
                 break;
             }
             if closed || self.shared.stopping.load(Ordering::Acquire) {
@@ -703,6 +697,17 @@ impl Node {
         });
     }
 
+    fn loop_exit(&self, e: &ConsensusError) {
+        match e {
+            // stop() interrupted a hand-off to the apply side: not a failure
+            ConsensusError::Stopped => {}
+            // etcd's lg.Fatal ("failed to save Raft hard state and
+            // entries", ...): the loop stops, handles answer `Stopped`, and
+            // the process owner stops the member and exits non-zero.
+            _ => self.shared.fatal.raise(format!("raft: {e}")),
+        }
+    }
+
     fn shutdown(mut self) {
         if let Err(e) = self.wal.sync() {
             tracing::error!(error = %e, "raft: final WAL sync failed");
@@ -736,15 +741,6 @@ impl Node {
     }
 }
 
-fn log_loop_exit(e: &ConsensusError) {
-    match e {
-        // stop() interrupted a hand-off to the apply side: not a failure
-        ConsensusError::Stopped => {}
-        // etcd panics here; we stop the loop so handles answer `Stopped`
-        _ => tracing::error!(error = %e, "raft: fatal error, stopping the raft loop"),
-    }
-}
-
 async fn wait_for_stop(shared: &Shared) {
     loop {
         let notified = shared.stop_wake.notified();
@@ -757,19 +753,28 @@ async fn wait_for_stop(shared: &Shared) {
 
 /// Applies a committed conf-change entry to raft; returns the new ConfState.
 /// A change raft rejects is logged and skipped (raft ignores it too, as
-/// etcd's raft does): one bad entry must not stop the member.
+/// etcd's raft does); an entry that cannot be decoded stops the member (etcd:
+/// MustUnmarshal panics): skipping it would let members diverge.
 fn apply_conf_change_entry(
     raw: &mut RawNode<MemStorage>,
     entry: &Entry,
 ) -> Result<Option<ConfState>, ConsensusError> {
+    let undecodable = |e: protobuf::ProtobufError| {
+        corrupt(format!(
+            "cannot decode the committed conf change at index {}: {e}",
+            entry.index
+        ))
+    };
     let result = match entry.get_entry_type() {
         EntryType::EntryNormal => return Ok(None),
-        EntryType::EntryConfChange => ConfChange::parse_from_bytes(&entry.data)
-            .map_err(ConsensusError::from_protobuf)
-            .and_then(|cc| raw.apply_conf_change(&cc).map_err(ConsensusError::from)),
-        EntryType::EntryConfChangeV2 => ConfChangeV2::parse_from_bytes(&entry.data)
-            .map_err(ConsensusError::from_protobuf)
-            .and_then(|cc| raw.apply_conf_change(&cc).map_err(ConsensusError::from)),
+        EntryType::EntryConfChange => {
+            let cc = ConfChange::parse_from_bytes(&entry.data).map_err(undecodable)?;
+            raw.apply_conf_change(&cc)
+        }
+        EntryType::EntryConfChangeV2 => {
+            let cc = ConfChangeV2::parse_from_bytes(&entry.data).map_err(undecodable)?;
+            raw.apply_conf_change(&cc)
+        }
     };
     match result {
         Ok(cs) => {

@@ -399,10 +399,23 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let signal = signals.recv().await;
-        tracing::info!(signal, "received signal; shutting down");
+        let fatal = tokio::select! {
+            signal = signals.recv() => {
+                tracing::info!(signal, "received signal; shutting down");
+                None
+            }
+            cause = member.fatal() => Some(cause),
+        };
         member.stop().await;
-        ExitCode::SUCCESS
+        match fatal {
+            None => ExitCode::SUCCESS,
+            Some(cause) => {
+                // etcd's lg.Fatal: the cause is the last line, the exit code 1.
+                tracing::error!(cause = %cause, "stopped on a fatal error; exiting");
+                eprintln!("oxcd: {cause}");
+                ExitCode::FAILURE
+            }
+        }
     })
 }
 

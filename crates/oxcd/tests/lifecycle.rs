@@ -232,3 +232,51 @@ fn a_torn_wal_tail_is_repaired_and_mid_log_corruption_refuses_to_start() {
         "{err}"
     );
 }
+
+/// Appends a committed normal entry whose payload no member can decode to a
+/// stopped member's WAL; returns its index.
+fn commit_an_undecodable_entry(data_dir: &Path) -> u64 {
+    use consensus::raft::eraftpb::{Entry, EntryType};
+    use consensus::wal::{Wal, WalOptions};
+    let wal_dir = data_dir.join("member/wal");
+    let (mut wal, contents) = Wal::open(&wal_dir, WalOptions::default()).unwrap();
+    let last = contents.entries.last().map_or(0, |e| e.index);
+    let mut entry = Entry::default();
+    entry.index = last + 1;
+    entry.term = contents.hard_state.term;
+    entry.set_entry_type(EntryType::EntryNormal);
+    // field 1 with wire type 7: no protobuf decoder takes it
+    entry.data = vec![0x0f, 0xff, 0xff].into();
+    let mut hard_state = contents.hard_state.clone();
+    hard_state.commit = entry.index;
+    wal.append(&[entry], Some(&hard_state));
+    wal.sync().unwrap();
+    last + 1
+}
+
+#[test]
+fn a_committed_entry_that_cannot_be_applied_stops_the_member_and_is_never_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
+    assert!(etcdctl(m.host_port(), &["put", "k", "v1"]).0);
+    assert!(m
+        .terminate(Duration::from_secs(20))
+        .is_some_and(|s| s.success()));
+    let index = commit_an_undecodable_entry(dir.path());
+    // Every start meets the entry again and stops on it, naming it.
+    for attempt in 0..2 {
+        let mut m = Process::launch_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
+        let status = m
+            .wait_exit(Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("start {attempt} did not exit; log:\n{}", m.log_text()));
+        let log = m.log_text();
+        assert_eq!(status.code(), Some(1), "start {attempt}; log:\n{log}");
+        let wanted = format!("cannot decode the committed entry at index {index}");
+        let last = m.log_lines().last().cloned().unwrap_or_default();
+        assert!(
+            last.contains(&wanted),
+            "start {attempt}: last line {last:?}; log:\n{log}"
+        );
+        assert!(!log.contains("skipping"), "{log}");
+    }
+}

@@ -6,6 +6,15 @@
 //! it is skipped: apply is idempotent by index. The backend commits in
 //! batches without fsync; a snapshot (which lets raft release WAL) is taken
 //! only right after a durable commit that covers it.
+//!
+//! A committed entry is applied whole or not at all, and never skipped. An
+//! entry apply cannot carry out (it cannot be decoded, it asks for something
+//! this member does not know, the backend fails under it, a snapshot cannot
+//! be installed) halts apply right there, as etcd's `lg.Panic`/`lg.Fatal`
+//! do: nothing of it is published, its index is not recorded, no later
+//! entry is applied, and the member's [`Fatal`] is raised so that the
+//! process stops and exits non-zero. A restart meets the same entry again
+//! and stops the same way, rather than members diverging.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,9 +26,8 @@ use api::etcdserverpb::{
     LeaseRevokeResponse, PutRequest, PutResponse, ResponseHeader, TxnRequest, TxnResponse,
 };
 use api::rpctypes::{self, EtcdError};
-use consensus::{CommittedBatch, RaftHandle};
+use consensus::{CommittedBatch, Fatal, RaftHandle};
 use mvcc::{SideTable, Store, TxnWrite};
-use prost::Message;
 use raft::eraftpb::{Entry, EntryType};
 use tokio::sync::{mpsc, watch};
 
@@ -68,6 +76,46 @@ pub struct Applier {
     /// thread, or by the raft thread applying inline (see consensus's
     /// "Inline apply").
     pub busy: parking_lot::Mutex<()>,
+    /// Raised (and apply halted for good) when an entry cannot be applied.
+    pub fatal: Arc<Fatal>,
+    pub halted: std::sync::atomic::AtomicBool,
+}
+
+/// Apply stopped at an entry it cannot carry out; the member's [`Fatal`]
+/// holds the cause.
+#[derive(Debug)]
+pub struct Halted;
+
+/// Why a request was not carried out.
+enum ApplyError {
+    /// The request's own error, for its proposer; every member gives it
+    /// alike (the entry is applied: its index is recorded).
+    Refused(EtcdError),
+    /// Apply cannot carry the entry out: it halts (see the module doc).
+    Halt(String),
+}
+
+impl From<EtcdError> for ApplyError {
+    fn from(e: EtcdError) -> Self {
+        ApplyError::Refused(e)
+    }
+}
+
+impl From<mvcc::MvccError> for ApplyError {
+    fn from(e: mvcc::MvccError) -> Self {
+        if backend_failed(&e) {
+            ApplyError::Halt(format!("the backend failed under it: {e}"))
+        } else {
+            ApplyError::Refused(errors::from_mvcc(&e))
+        }
+    }
+}
+
+/// Whether a backend error under a write means the member cannot go on
+/// (the backend failed or holds bad data) rather than a request's own error
+/// (a compacted revision, a missing lease), which every member gives alike.
+fn backend_failed(e: &mvcc::MvccError) -> bool {
+    matches!(e, mvcc::MvccError::Backend(_) | mvcc::MvccError::Corrupt(_))
 }
 
 impl Applier {
@@ -92,27 +140,48 @@ impl Applier {
         if snapshot_due || self.store.pending_ops() + batch.entries.len() >= BACKEND_BATCH_LIMIT {
             return Err(batch);
         }
-        self.apply_batch(batch);
+        if self.is_halted() {
+            // Handed to the apply thread, which has stopped: the raft loop
+            // stops too.
+            return Err(batch);
+        }
+        let _ = self.apply_batch(batch);
         Ok(())
+    }
+
+    fn is_halted(&self) -> bool {
+        self.halted.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Stops apply for good at an entry it cannot carry out.
+    fn halt(&self, cause: String) -> Halted {
+        self.halted
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.fatal.raise(cause);
+        Halted
     }
 
     /// Applies one batch from the channel, then commits the backend or asks
     /// for a raft snapshot when due.
-    fn process(&self, batch: CommittedBatch) {
+    fn process(&self, batch: CommittedBatch) -> Result<(), Halted> {
         use std::sync::atomic::Ordering::Relaxed;
         let _busy = self.busy.lock();
-        self.apply_batch(batch);
+        if self.is_halted() {
+            return Err(Halted);
+        }
+        self.apply_batch(batch)?;
         if self.store.pending_ops() >= BACKEND_BATCH_LIMIT {
-            self.commit(false);
+            self.commit(false)?;
         }
         let applied = *self.applied.borrow();
         if applied >= self.last_snapshot.load(Relaxed) + self.snapshot_count {
             // Durable first: raft may release WAL up to `applied`.
-            if self.commit(true) {
+            if self.commit(true)? {
                 self.raft.snapshot(applied);
                 self.last_snapshot.store(applied, Relaxed);
             }
         }
+        Ok(())
     }
 
     /// Runs until the raft side closes the committed-entries channel.
@@ -134,84 +203,102 @@ impl Applier {
                 tokio::select! {
                     batch = committed.recv() => {
                         let Some(batch) = batch else { break };
-                        self.process(batch);
+                        let processed = self.process(batch);
                         self.raft.batch_applied();
+                        if processed.is_err() {
+                            break;
+                        }
                     }
                     _ = ticker.tick() => {
                         let _busy = self.busy.lock();
-                        if self.store.pending_ops() > 0 {
-                            self.commit(false);
+                        if self.is_halted() {
+                            break;
+                        }
+                        if self.store.pending_ops() > 0 && self.commit(false).is_err() {
+                            break;
                         }
                     }
                 }
             }
         });
+        // Everything applied before a halt is whole: keep it (the WAL
+        // replays the rest after a restart). After a backend failure this
+        // fails again, which changes nothing.
         let _busy = self.busy.lock();
-        self.commit(true);
-    }
-
-    fn commit(&self, durable: bool) -> bool {
-        match self.store.commit(durable) {
-            Ok(()) => true,
-            // A defragmentation is copying the file: the batch stays in
-            // memory and goes to the new file after the swap; no snapshot
-            // (which would release WAL) until then.
-            Err(mvcc::MvccError::Deferred) => false,
-            Err(e) => {
-                // Without its backend the member cannot make progress; the WAL
-                // still holds every entry, so stopping loses nothing.
-                tracing::error!(error = %e, "failed to commit the backend");
-                false
-            }
+        if let Err(e) = self.store.commit(true) {
+            tracing::warn!(error = %e, "final backend commit failed");
         }
     }
 
-    fn apply_batch(&self, batch: CommittedBatch) {
+    /// Commits the backend. Ok(false): deferred by a defragmentation that is
+    /// copying the file (the batch stays in memory and goes to the new file
+    /// after the swap; no snapshot, which would release WAL, until then).
+    /// A failed commit halts apply (etcd: "failed to commit tx"); the WAL
+    /// still holds every entry, so stopping loses nothing.
+    fn commit(&self, durable: bool) -> Result<bool, Halted> {
+        match self.store.commit(durable) {
+            Ok(()) => Ok(true),
+            Err(mvcc::MvccError::Deferred) => Ok(false),
+            Err(e) => Err(self.halt(format!("failed to commit the backend: {e}"))),
+        }
+    }
+
+    /// Applies a batch in order, stopping at the first entry apply cannot
+    /// carry out; only the entries before it are reported applied.
+    fn apply_batch(&self, batch: CommittedBatch) -> Result<(), Halted> {
         if let Some(snapshot) = &batch.snapshot {
-            self.install_snapshot(snapshot);
+            self.install_snapshot(snapshot)?;
         }
         let mut last = None;
+        let mut result = Ok(());
         for entry in &batch.entries {
-            self.apply_entry(entry);
+            if let Err(halted) = self.apply_entry(entry) {
+                result = Err(halted);
+                break;
+            }
             last = Some(entry.index);
         }
         if let Some(index) = last {
             self.applied.send_replace(index);
             self.raft.report_applied(index);
         }
+        result
     }
 
     /// A snapshot from the leader: its backend replaces ours (the leader's
     /// copy covers at least the snapshot's index), then apply goes on from
     /// there. The WAL and snap dir already hold its raft metadata.
-    fn install_snapshot(&self, snapshot: &raft::eraftpb::Snapshot) {
+    ///
+    /// The member cannot go on without the state the snapshot holds, and
+    /// raft already moved past it: a failure halts apply. The raft metadata
+    /// is durable, and the leader sends a new snapshot after the restart.
+    fn install_snapshot(&self, snapshot: &raft::eraftpb::Snapshot) -> Result<(), Halted> {
         let index = snapshot.get_metadata().index;
         let path =
             std::path::PathBuf::from(String::from_utf8_lossy(snapshot.get_data()).into_owned());
+        let failed = |what: &str, e: &dyn std::fmt::Display| {
+            self.halt(format!(
+                "failed to {what} (raft snapshot at index {index}, file {}): {e}",
+                path.display()
+            ))
+        };
         if let Err(e) = self.store.restore_from(&path) {
-            // The member cannot go on without the state the snapshot holds,
-            // and raft already moved past it: stop the process. The raft
-            // metadata is durable and the leader sends a new snapshot after
-            // the restart.
-            tracing::error!(index, file = %path.display(), error = %e, "failed to install the database snapshot; exiting");
-            std::process::exit(1);
+            return Err(failed("install the database snapshot", &e));
         }
+        let members = self
+            .store
+            .members()
+            .map_err(|e| failed("read members from the database snapshot", &e))?;
         self.members.replace(
-            self.store
-                .members()
-                .unwrap_or_default()
+            members
                 .values()
                 .filter_map(|b| crate::membership::decode_member(b))
                 .collect(),
         );
-        if let Err(e) = crate::startup::recover_alarms(&self.alarms, &self.store) {
-            tracing::error!(index, error = %e, "failed to rebuild alarms from the database snapshot; exiting");
-            std::process::exit(1);
-        }
-        if let Err(e) = crate::startup::recover_lessor(&self.lessor, &self.store) {
-            tracing::error!(index, error = %e, "failed to rebuild leases from the database snapshot; exiting");
-            std::process::exit(1);
-        }
+        crate::startup::recover_alarms(&self.alarms, &self.store)
+            .map_err(|e| failed("rebuild alarms from the database snapshot", &e))?;
+        crate::startup::recover_lessor(&self.lessor, &self.store)
+            .map_err(|e| failed("rebuild leases from the database snapshot", &e))?;
         let applied = self.store.consistent_index().max(index);
         tracing::info!(
             index,
@@ -221,36 +308,50 @@ impl Applier {
         let _ = std::fs::remove_file(&path);
         self.applied.send_replace(applied);
         self.raft.report_applied(applied);
+        Ok(())
     }
 
-    fn apply_entry(&self, entry: &Entry) {
+    fn apply_entry(&self, entry: &Entry) -> Result<(), Halted> {
         if entry.index <= self.store.consistent_index() {
-            return;
+            return Ok(());
         }
         if entry.get_entry_type() != EntryType::EntryNormal || entry.data.is_empty() {
             self.store.set_consistent_index(entry.index);
-            return;
+            return Ok(());
         }
-        let request = match InternalRaftRequest::decode(entry.data.as_ref()) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(index = entry.index, error = %e, "cannot decode a committed entry; skipping it");
-                self.store.set_consistent_index(entry.index);
-                return;
-            }
-        };
+        let request =
+            api::codec::decode_internal_raft_request(entry.data.as_ref()).map_err(|e| {
+                self.halt(format!(
+                    "cannot decode the committed entry at index {} (term {}): {e}",
+                    entry.index, entry.term
+                ))
+            })?;
         let id = request.header.as_ref().map(|h| h.id).unwrap_or(request.id);
         let op = apply_op(&request);
         let started = std::time::Instant::now();
-        let outcome = self.apply_request(request, entry.index);
+        let outcome = match self.apply_request(request, entry.index) {
+            Ok(response) => Ok(response),
+            Err(ApplyError::Refused(e)) => Err(e),
+            Err(ApplyError::Halt(cause)) => {
+                return Err(self.halt(format!(
+                    "cannot apply the committed entry at index {} (term {}): {cause}",
+                    entry.index, entry.term
+                )))
+            }
+        };
         self.metrics.ops.applied(op, outcome.is_ok(), started);
         self.wait.trigger(id, outcome);
+        Ok(())
     }
 
-    fn apply_request(&self, request: InternalRaftRequest, index: u64) -> ApplyOutcome {
+    fn apply_request(
+        &self,
+        request: InternalRaftRequest,
+        index: u64,
+    ) -> Result<ApplyResponse, ApplyError> {
         if let Err(e) = self.check_alarms(&request) {
             self.store.set_consistent_index(index);
-            return Err(e);
+            return Err(e.into());
         }
         if let Some(alarm) = request.alarm {
             return Ok(ApplyResponse::Alarm(self.apply_alarm(&alarm, index)));
@@ -303,10 +404,12 @@ impl Applier {
                 .apply_compaction(&compaction, index)
                 .map(ApplyResponse::Compaction);
         }
-        // Requests of services not built yet are never proposed; record the
-        // index so that replay stays idempotent.
-        self.store.set_consistent_index(index);
-        Err(rpctypes::NOT_CAPABLE)
+        // A request this member does not know (a newer member proposed it,
+        // or the entry is damaged): etcd panics ("not implemented apply").
+        // Skipping it would let members diverge.
+        Err(ApplyError::Halt(
+            "it carries no request this member can apply".to_string(),
+        ))
     }
 
     /// What a raised alarm refuses (etcd's capped and corrupt appliers).
@@ -385,32 +488,42 @@ impl Applier {
         resp
     }
 
-    fn apply_put(&self, put: &PutRequest, index: u64) -> Result<PutResponse, EtcdError> {
+    fn apply_put(&self, put: &PutRequest, index: u64) -> Result<PutResponse, ApplyError> {
         self.write(index, |w| w.put(put))
     }
 
-    fn apply_txn(&self, txn: &TxnRequest, index: u64) -> Result<TxnResponse, EtcdError> {
+    fn apply_txn(&self, txn: &TxnRequest, index: u64) -> Result<TxnResponse, ApplyError> {
         self.write(index, |w| w.txn(txn))
     }
 
-    /// One write transaction; its events attach and detach leased keys.
+    /// One write transaction; its events attach and detach leased keys. A
+    /// backend failure under it publishes nothing (the dropped transaction
+    /// rolls back) and halts apply.
     fn write<T>(
         &self,
         index: u64,
         op: impl FnOnce(&mut TxnWrite<'_>) -> Result<T, mvcc::MvccError>,
-    ) -> Result<T, EtcdError> {
+    ) -> Result<T, ApplyError> {
         let mut w = self.store.write(index);
         let result = op(&mut w);
+        if let Err(e) = &result {
+            if backend_failed(e) {
+                drop(w);
+                return Err(ApplyError::Halt(format!(
+                    "the backend failed under it: {e}"
+                )));
+            }
+        }
         let written = w.end();
         self.lessor.on_events(&written.events);
-        result.map_err(|e| errors::from_mvcc(&e))
+        result.map_err(ApplyError::from)
     }
 
     fn apply_lease_grant(
         &self,
         req: &LeaseGrantRequest,
         index: u64,
-    ) -> Result<LeaseGrantResponse, EtcdError> {
+    ) -> Result<LeaseGrantResponse, ApplyError> {
         match self.lessor.grant(req.id, req.ttl, Instant::now()) {
             Ok((ttl, record)) => {
                 self.metrics.ops.lease_granted.inc();
@@ -425,7 +538,7 @@ impl Applier {
             }
             Err(e) => {
                 self.store.set_consistent_index(index);
-                Err(e)
+                Err(e.into())
             }
         }
     }
@@ -436,10 +549,10 @@ impl Applier {
         &self,
         req: &LeaseRevokeRequest,
         index: u64,
-    ) -> Result<LeaseRevokeResponse, EtcdError> {
+    ) -> Result<LeaseRevokeResponse, ApplyError> {
         let Some(keys) = self.lessor.keys_to_revoke(req.id) else {
             self.store.set_consistent_index(index);
-            return Err(rpctypes::LEASE_NOT_FOUND);
+            return Err(rpctypes::LEASE_NOT_FOUND.into());
         };
         let mut w = self.store.write(index);
         for key in keys {
@@ -448,10 +561,12 @@ impl Applier {
                 ..Default::default()
             });
             if let Err(e) = deleted {
-                // Only a backend failure gets here; nothing was published.
+                // Only a backend failure gets here; the dropped transaction
+                // publishes nothing.
                 drop(w);
-                self.store.set_consistent_index(index);
-                return Err(errors::from_mvcc(&e));
+                return Err(ApplyError::Halt(format!(
+                    "the backend failed under it: {e}"
+                )));
             }
         }
         self.store
@@ -481,12 +596,17 @@ impl Applier {
         &self,
         req: &CompactionRequest,
         index: u64,
-    ) -> Result<CompactionResponse, EtcdError> {
+    ) -> Result<CompactionResponse, ApplyError> {
         let result = self.store.compact(req.revision, index);
-        if result.is_err() {
+        if let Err(e) = &result {
+            if backend_failed(e) {
+                return Err(ApplyError::Halt(format!(
+                    "the backend failed under it: {e}"
+                )));
+            }
             self.store.set_consistent_index(index);
         }
-        result.map_err(|e| errors::from_mvcc(&e))?;
+        result.map_err(ApplyError::from)?;
         let header = ResponseHeader {
             revision: self.store.current_revision(),
             ..Default::default()

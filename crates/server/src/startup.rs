@@ -110,6 +110,13 @@ impl Member {
         &self.client_addrs
     }
 
+    /// Resolves with the cause once the member cannot go on (a WAL or
+    /// backend write failed, a committed entry cannot be applied): its
+    /// owner then stops it and exits non-zero, as etcd does.
+    pub async fn fatal(&self) -> String {
+        self.server.raft.fatal().raised().await
+    }
+
     /// Resolves once the member has a leader and has applied everything
     /// committed so far (etcd's ReadyNotify).
     pub async fn ready(&self) {
@@ -458,6 +465,8 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         metrics: metrics.clone(),
         last_snapshot: store.consistent_index().into(),
         busy: parking_lot::Mutex::new(()),
+        fatal: raft.fatal(),
+        halted: false.into(),
     };
     let applier = Arc::new(applier);
     // Weak: the apply thread owns the applier (which holds the raft handle);
@@ -469,6 +478,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     }));
     let apply_thread = std::thread::Builder::new()
         .name("apply".into())
+        .stack_size(api::codec::REQUEST_THREAD_STACK_BYTES)
         .spawn(move || applier.run(committed))
         .map_err(|e| StartError::Config(format!("cannot start the apply thread: {e}")))?;
 
@@ -786,6 +796,7 @@ impl ClientThread {
         let (hard_stop, hard_stop_rx) = tokio::sync::oneshot::channel::<()>();
         std::thread::Builder::new()
             .name(format!("grpc-client-{index}"))
+            .stack_size(api::codec::REQUEST_THREAD_STACK_BYTES)
             .spawn(move || {
                 let incoming = tokio_stream::StreamExt::map(
                     tokio_stream::wrappers::ReceiverStream::new(queue),
@@ -908,3 +919,6 @@ async fn announce_when_ready(server: Arc<EtcdServer>) {
     );
     tracing::info!("ready to serve client requests");
 }
+
+// Inline apply runs on the raft thread: it needs a request thread's stack.
+const _: () = assert!(consensus::RAFT_THREAD_STACK_BYTES >= api::codec::REQUEST_THREAD_STACK_BYTES);

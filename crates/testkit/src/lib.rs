@@ -37,15 +37,7 @@ impl Process {
     /// on 127.0.0.1 port 0, plus `extra` flags, and waits until it logs
     /// "ready to serve client requests".
     pub fn start_oxcd(bin: &Path, data_dir: &Path, extra: &[&str]) -> Process {
-        let mut cmd = Command::new(bin);
-        cmd.arg("--data-dir")
-            .arg(data_dir)
-            .args(["--listen-client-urls", "http://127.0.0.1:0"])
-            .args(["--advertise-client-urls", "http://127.0.0.1:0"])
-            .args(["--listen-peer-urls", "http://127.0.0.1:0"])
-            .args(["--initial-advertise-peer-urls", "http://127.0.0.1:0"])
-            .args(extra);
-        let mut p = Process::spawn(cmd, data_dir);
+        let mut p = Process::launch_oxcd(bin, data_dir, extra);
         let address = p
             .wait_for_log("serving client traffic", START_DEADLINE)
             .and_then(|line| json_field(&line, "address"))
@@ -57,6 +49,20 @@ impl Process {
             panic!("oxcd did not become ready; log:\n{}", p.log_text());
         }
         p
+    }
+
+    /// Starts oxcd as [`Process::start_oxcd`] does, without waiting for
+    /// anything: for a member expected to refuse to start or to stop.
+    pub fn launch_oxcd(bin: &Path, data_dir: &Path, extra: &[&str]) -> Process {
+        let mut cmd = Command::new(bin);
+        cmd.arg("--data-dir")
+            .arg(data_dir)
+            .args(["--listen-client-urls", "http://127.0.0.1:0"])
+            .args(["--advertise-client-urls", "http://127.0.0.1:0"])
+            .args(["--listen-peer-urls", "http://127.0.0.1:0"])
+            .args(["--initial-advertise-peer-urls", "http://127.0.0.1:0"])
+            .args(extra);
+        Process::spawn(cmd, data_dir)
     }
 
     fn spawn(mut cmd: Command, data_dir: &Path) -> Process {

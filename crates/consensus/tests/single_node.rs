@@ -405,3 +405,60 @@ async fn detached_proposal_reports_only_a_refusal() {
         Err(ConsensusError::Stopped)
     ));
 }
+
+/// etcd's lg.Fatal on "failed to save Raft hard state and entries": a WAL
+/// that cannot be written (here ENOSPC, segments of 256 KiB on a 1 MiB
+/// volume) stops the raft loop and raises the member's fatal error, which
+/// its owner turns into an exit; requests answer `Stopped`, never hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wal_that_cannot_be_written_raises_the_fatal_error_and_stops_the_loop() {
+    let Some(volume) = testkit::tmpfs::Tmpfs::mount("1m") else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let options = StartOptions {
+        wal: WalOptions {
+            segment_bytes: 256 * 1024,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let (handle, mut rx) =
+        start_with_options(config(volume.path(), 0), Arc::new(NoopTransport), options).unwrap();
+    let applier = {
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            while let Some(batch) = rx.recv().await {
+                if let Some(last) = batch.entries.last() {
+                    handle.report_applied(last.index);
+                }
+            }
+        })
+    };
+    wait_for("leader", Duration::from_secs(5), || {
+        handle.status().is_leader
+    })
+    .await;
+    let fatal = handle.fatal();
+    let mut refused = None;
+    for _ in 0..1000 {
+        if let Err(e) = handle.propose(vec![7u8; 32 * 1024]).await {
+            refused = Some(e);
+            break;
+        }
+    }
+    assert!(
+        matches!(refused, Some(ConsensusError::Stopped)),
+        "{refused:?}"
+    );
+    let cause = tokio::time::timeout(Duration::from_secs(10), fatal.raised())
+        .await
+        .expect("the fatal error is raised");
+    assert!(cause.contains("No space left on device"), "{cause}");
+    assert!(matches!(
+        handle.read_index().await,
+        Err(ConsensusError::Stopped)
+    ));
+    handle.stop();
+    applier.await.unwrap();
+}

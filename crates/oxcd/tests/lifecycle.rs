@@ -241,12 +241,14 @@ fn commit_an_undecodable_entry(data_dir: &Path) -> u64 {
     let wal_dir = data_dir.join("member/wal");
     let (mut wal, contents) = Wal::open(&wal_dir, WalOptions::default()).unwrap();
     let last = contents.entries.last().map_or(0, |e| e.index);
-    let mut entry = Entry::default();
-    entry.index = last + 1;
-    entry.term = contents.hard_state.term;
+    let mut entry = Entry {
+        index: last + 1,
+        term: contents.hard_state.term,
+        // field 1 with wire type 7: no protobuf decoder takes it
+        data: vec![0x0f, 0xff, 0xff].into(),
+        ..Default::default()
+    };
     entry.set_entry_type(EntryType::EntryNormal);
-    // field 1 with wire type 7: no protobuf decoder takes it
-    entry.data = vec![0x0f, 0xff, 0xff].into();
     let mut hard_state = contents.hard_state.clone();
     hard_state.commit = entry.index;
     wal.append(&[entry], Some(&hard_state));

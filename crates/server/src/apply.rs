@@ -158,6 +158,7 @@ impl Applier {
         self.halted
             .store(true, std::sync::atomic::Ordering::Release);
         self.fatal.raise(cause);
+        self.wait.close();
         Halted
     }
 

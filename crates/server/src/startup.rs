@@ -127,6 +127,11 @@ impl Member {
     /// durably. Every acknowledged write is in the WAL and in the backend.
     pub async fn stop(mut self) {
         tracing::info!(name = %self.server.cfg.name, "closing etcd server");
+        if self.server.raft.fatal().cause().is_some() {
+            // Nothing more will be applied: requests waiting for their entry
+            // answer "server stopped" now rather than at their timeout.
+            self.server.wait.close();
+        }
         let _ = self.shutdown.send(true);
         for task in self.serving.drain(..) {
             let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
@@ -179,6 +184,46 @@ pub fn parse_url(url: &str) -> Result<SocketAddr, StartError> {
         .map_err(|e| StartError::Config(format!("cannot resolve {url}: {e}")))?
         .next()
         .ok_or_else(|| StartError::Config(format!("cannot resolve {url}")))
+}
+
+/// A member restarted on a volume that filled up (it stopped on ENOSPC)
+/// would replay its log, stop the same way and append WAL records each
+/// time: below this much free space it refuses to start, writing nothing.
+pub const MIN_FREE_BYTES_TO_START: u64 = 1 << 20;
+
+/// Refuses a data dir on a full volume; warns when the volume cannot hold
+/// two WAL segments (the member then stops, whole, when it fills).
+fn check_volume(cfg: &ServerConfig) -> Result<(), StartError> {
+    let probe = cfg
+        .data_dir
+        .ancestors()
+        .find(|p| p.exists())
+        .map_or_else(|| Path::new(".").to_path_buf(), Path::to_path_buf);
+    let free = match consensus::wal::free_bytes(&probe) {
+        Ok(free) => free,
+        Err(e) => {
+            tracing::warn!(path = %probe.display(), error = %e, "cannot tell the volume's free space");
+            return Ok(());
+        }
+    };
+    if free < MIN_FREE_BYTES_TO_START {
+        return Err(StartError::DataDir(format!(
+            "no space left on device: the volume holding {} has {free} bytes free, and a member \
+             needs at least {MIN_FREE_BYTES_TO_START} to start; free space on it, then start again",
+            cfg.data_dir.display()
+        )));
+    }
+    let safe = 2 * consensus::wal::SEGMENT_BYTES;
+    if free < safe {
+        tracing::warn!(
+            "data-dir" = %cfg.data_dir.display(),
+            "volume-free-bytes" = free,
+            "safe-free-bytes" = safe,
+            "the data dir's volume is too small to be safe: less than two WAL segments free; \
+             the member stops when it fills"
+        );
+    }
+    Ok(())
 }
 
 /// etcd's data dir shape, refusing a dir that holds etcd's own bbolt files.
@@ -375,6 +420,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     let metrics = Arc::new(Metrics::new(member.id, cfg.metrics_extensive));
 
     let existed = identity.restarted;
+    check_volume(&cfg)?;
     prepare_data_dir(&cfg)?;
     tracing::info!(
         "etcd-version" = ETCD_VERSION,

@@ -7,39 +7,53 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 pub struct Wait<T> {
-    waiters: Mutex<HashMap<u64, oneshot::Sender<T>>>,
+    /// None once closed: nothing will be triggered any more.
+    waiters: Mutex<Option<HashMap<u64, oneshot::Sender<T>>>>,
 }
 
 impl<T> Default for Wait<T> {
     fn default() -> Self {
         Wait {
-            waiters: Mutex::new(HashMap::new()),
+            waiters: Mutex::new(Some(HashMap::new())),
         }
     }
 }
 
 impl<T> Wait<T> {
+    /// The receiver of `id`'s outcome; after [`Wait::close`], one that
+    /// fails at once (its sender is dropped).
     pub fn register(&self, id: u64) -> oneshot::Receiver<T> {
         let (tx, rx) = oneshot::channel();
-        let previous = self.waiters.lock().insert(id, tx);
-        debug_assert!(previous.is_none(), "request id {id:x} registered twice");
+        if let Some(waiters) = self.waiters.lock().as_mut() {
+            let previous = waiters.insert(id, tx);
+            debug_assert!(previous.is_none(), "request id {id:x} registered twice");
+        }
         rx
+    }
+
+    /// Apply has stopped for good: every waiter, present and future, fails
+    /// now (its caller answers "server stopped") instead of at its timeout.
+    pub fn close(&self) {
+        self.waiters.lock().take();
     }
 
     /// Wakes the waiter of `id`, if this member has one (a request proposed
     /// by another member, or one whose caller gave up, has none).
     pub fn trigger(&self, id: u64, value: T) {
-        if let Some(tx) = self.waiters.lock().remove(&id) {
+        let tx = self.waiters.lock().as_mut().and_then(|w| w.remove(&id));
+        if let Some(tx) = tx {
             let _ = tx.send(value);
         }
     }
 
     pub fn cancel(&self, id: u64) {
-        self.waiters.lock().remove(&id);
+        if let Some(waiters) = self.waiters.lock().as_mut() {
+            waiters.remove(&id);
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.waiters.lock().len()
+        self.waiters.lock().as_ref().map_or(0, HashMap::len)
     }
 
     pub fn is_empty(&self) -> bool {

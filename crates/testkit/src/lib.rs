@@ -8,6 +8,7 @@
 
 pub mod http;
 pub mod netns;
+pub mod tmpfs;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

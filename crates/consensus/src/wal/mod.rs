@@ -110,8 +110,10 @@ use std::path::{Path, PathBuf};
 use raft::eraftpb::{Entry, HardState};
 use record::DecodeError;
 
-/// Segment size at which the WAL cuts a new file (etcd's SegmentSizeBytes).
-pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+/// Segment size at which the WAL cuts a new file: etcd's SegmentSizeBytes,
+/// 64,000,000 bytes (decimal, ~61 MiB), so a 64 MiB volume holds a first
+/// segment and a small backend, as with etcd.
+pub const SEGMENT_BYTES: u64 = 64 * 1000 * 1000;
 
 /// Errors of the WAL. Each names the file it concerns.
 #[derive(Debug, thiserror::Error)]
@@ -352,14 +354,15 @@ impl Wal {
             );
             // Cut the torn record, then give the space back as zeros.
             active.set_len(active_len).map_err(io_err(path))?;
-            preallocate(&active, file_len.max(options.segment_bytes)).map_err(io_err(path))?;
+            preallocate_what_fits(&active, file_len.max(options.segment_bytes), path)
+                .map_err(io_err(path))?;
             active.sync_all().map_err(io_err(path))?;
             file_len = active.metadata().map_err(io_err(path))?.len();
         }
         if file_len < options.segment_bytes && active_len < options.segment_bytes {
             // a segment written before preallocation existed, or after a
             // repair where preallocation is unsupported
-            if preallocate(&active, options.segment_bytes).map_err(io_err(path))? {
+            if preallocate_what_fits(&active, options.segment_bytes, path).map_err(io_err(path))? {
                 active.sync_all().map_err(io_err(path))?;
             }
         }
@@ -625,6 +628,57 @@ fn preallocate(file: &File, len: u64) -> io::Result<bool> {
     }
 }
 
+/// [`preallocate`], but on a volume without room for `len` bytes (ENOSPC),
+/// half of its free space (the backend shares the volume), with a warning:
+/// a small volume still starts and serves until it fills, as etcd does on a
+/// volume just larger than its segment. Returns whether anything was
+/// preallocated; segments grow as written beyond it.
+fn preallocate_what_fits(file: &File, len: u64, path: &Path) -> io::Result<bool> {
+    match preallocate(file, len) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+            let current = file.metadata()?.len();
+            let free = free_bytes(path.parent().unwrap_or(path))?;
+            let fits = current + free / 2;
+            tracing::warn!(
+                file = %path.display(),
+                "segment-bytes" = len,
+                "volume-free-bytes" = free,
+                "preallocated-bytes" = fits.max(current),
+                "wal: the volume is too small for a whole segment; preallocating what fits \
+                 (the member stops when the volume fills)"
+            );
+            if fits <= current {
+                return Ok(false);
+            }
+            match preallocate(file, fits) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => Ok(false),
+                other => other,
+            }
+        }
+        other => other,
+    }
+}
+
+/// Bytes an unprivileged writer can still allocate on the volume holding
+/// `path` (statvfs's f_bavail).
+pub fn free_bytes(path: &Path) -> io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: c_path is a valid NUL-terminated string and stat a writable
+    // statvfs; the struct is read only after the call succeeded.
+    let rc = unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it filled the struct.
+    let stat = unsafe { stat.assume_init() };
+    // fsblkcnt_t and c_ulong are u64 only on 64-bit targets
+    #[allow(clippy::unnecessary_cast)]
+    Ok((stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64))
+}
+
 /// Creates `segment` holding its header records, preallocated to
 /// `preallocate_to`; returns it open for writing with its logical length.
 fn write_new_segment(
@@ -647,7 +701,7 @@ fn write_new_segment(
     let mut file = File::create(&tmp).map_err(io_err(&tmp))?;
     file.write_all(&buf).map_err(io_err(&tmp))?;
     if preallocate_to > buf.len() as u64 {
-        preallocate(&file, preallocate_to).map_err(io_err(&tmp))?;
+        preallocate_what_fits(&file, preallocate_to, &tmp).map_err(io_err(&tmp))?;
     }
     file.sync_all().map_err(io_err(&tmp))?;
     fs::rename(&tmp, &segment.path).map_err(io_err(&segment.path))?;

@@ -23,16 +23,17 @@
 //! etcd_network_* metrics; this crate knows no metrics).
 
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use api::oxcdpeerpb::peer_client::PeerClient;
 use api::oxcdpeerpb::peer_server::{Peer, PeerServer};
-use api::oxcdpeerpb::{ProbeRequest, ProbeResponse, RaftBatch, SnapshotChunk, StreamAck};
+use api::oxcdpeerpb::{ProbeRequest, ProbeResponse, SnapshotChunk, StreamAck};
 use parking_lot::RwLock;
 use protobuf::Message as _;
 use raft::eraftpb::{self, MessageType};
@@ -61,11 +62,42 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// The largest raft message a member accepts from a peer (entries are
-/// bounded by max_size_per_msg; snapshots travel out of band).
+/// bounded by max_size_per_msg, but one entry may be as large as the
+/// largest request; snapshots travel out of band).
 pub const MAX_PEER_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
+// The peer port is unauthenticated (without TLS anyone who can reach it and
+// read a response header knows the cluster and member IDs), so what a peer
+// can make a member hold is bounded:
+
+/// Bytes all inbound raft links together may hold in frames still
+/// arriving or being handed to raft; a link that would go past it is
+/// closed (the sender reconnects; raft retransmits). A frame's buffer grows
+/// with the bytes received, never by its declared length.
+pub const MAX_RAFT_LINK_BUFFERED_BYTES: usize = 128 * 1024 * 1024;
+/// Bytes read from a raft link at a time.
+const LINK_READ_CHUNK_BYTES: usize = 64 * 1024;
+/// A frame's buffer capacity kept between frames (more is given back).
+const LINK_BUFFER_KEEP_BYTES: usize = 1024 * 1024;
+/// A frame whose bytes stop arriving for this long closes the link (etcd's
+/// ConnReadTimeout); between frames a link may idle.
+const FRAME_STALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections open at once on the peer port (raft links and gRPC): each
+/// peer needs about four (its raft link, probes, snapshots, lease and hash
+/// requests); beyond the bound a new connection is closed at once.
+pub const MAX_PEER_CONNECTIONS: usize = 128;
+/// gRPC streams at once on one peer connection.
+pub const MAX_PEER_STREAMS_PER_CONNECTION: u32 = 16;
 /// Bytes of backend per snapshot chunk.
-pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
+pub const SNAPSHOT_CHUNK_BYTES: usize = 64 * 1024;
+/// The largest gRPC message on the peer port: a snapshot chunk and its
+/// framing; probes, lease and hash requests are far smaller. With the two
+/// bounds above, gRPC on the peer port buffers at most
+/// 128 × 16 × 128 KiB = 256 MiB, whatever the peers send.
+pub const MAX_PEER_RPC_BYTES: usize = SNAPSHOT_CHUNK_BYTES + 64 * 1024;
+/// A snapshot stream whose next chunk does not come within this is dropped
+/// (and its partial file removed).
+const SNAPSHOT_CHUNK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How often a connected peer's round trip is measured (etcd's
 /// proberInterval: ConnReadTimeout - 1 s).
@@ -132,6 +164,15 @@ pub struct PeerTransport {
     /// Each peer's sender, until [`Transport::start`] spawns it on the raft
     /// thread's runtime (messages queue in the meantime).
     senders: parking_lot::Mutex<Vec<PendingSender>>,
+    /// The inbound raft link of each peer: (its number, how to close it).
+    /// One per peer: a new link replaces the old one.
+    inbound: parking_lot::Mutex<HashMap<u64, (u64, Arc<tokio::sync::Notify>)>>,
+    next_link: AtomicU64,
+    /// Bytes held by inbound raft links' frames (see
+    /// [`MAX_RAFT_LINK_BUFFERED_BYTES`]).
+    link_bytes: Arc<AtomicUsize>,
+    /// Peers whose backend snapshot is being received (one at a time each).
+    receiving_snapshots: parking_lot::Mutex<HashSet<u64>>,
 }
 
 impl PeerTransport {
@@ -152,6 +193,10 @@ impl PeerTransport {
             snapshots: OnceLock::new(),
             observer: observer.clone(),
             senders: parking_lot::Mutex::new(Vec::new()),
+            inbound: parking_lot::Mutex::new(HashMap::new()),
+            next_link: AtomicU64::new(0),
+            link_bytes: Arc::new(AtomicUsize::new(0)),
+            receiving_snapshots: parking_lot::Mutex::new(HashSet::new()),
         });
         for (peer, url) in peers {
             if *peer == id {
@@ -185,6 +230,41 @@ impl PeerTransport {
     /// Messages dropped because a peer's queue was full.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Whether `id` is another member of the cluster (etcd's stream handler
+    /// answers "404 error sender not found" otherwise).
+    pub fn is_peer(&self, id: u64) -> bool {
+        self.peers.read().contains_key(&id)
+    }
+
+    pub fn member_id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn cluster_id(&self) -> u64 {
+        self.cluster_id
+    }
+
+    /// Records `from`'s new inbound link, closing the one it replaces.
+    fn register_inbound(&self, from: u64) -> (u64, Arc<tokio::sync::Notify>) {
+        let link = self.next_link.fetch_add(1, Ordering::Relaxed);
+        let close = Arc::new(tokio::sync::Notify::new());
+        if let Some((_, old)) = self.inbound.lock().insert(from, (link, close.clone())) {
+            // notify_one keeps a permit for a link not waiting right now
+            old.notify_one();
+        }
+        (link, close)
+    }
+
+    fn deregister_inbound(&self, from: u64, link: u64) {
+        let mut inbound = self.inbound.lock();
+        if inbound
+            .get(&from)
+            .is_some_and(|(current, _)| *current == link)
+        {
+            inbound.remove(&from);
+        }
     }
 }
 
@@ -510,84 +590,190 @@ pub async fn is_raft_link(stream: &tokio::net::TcpStream) -> Option<bool> {
 
 /// Serves a raft link accepted on the peer listener on the raft thread's
 /// runtime, so that its messages reach raft without a thread wake-up (on
-/// the caller's runtime until the raft thread has started).
+/// the caller's runtime until the raft thread has started). `guard` is
+/// held while the link lasts (the listener's connection permit).
 pub async fn adopt_raft_link(
     stream: tokio::net::TcpStream,
-    cluster_id: u64,
-    id: u64,
+    transport: Arc<PeerTransport>,
     raft: RaftHandle,
-    observer: Arc<dyn NetworkObserver>,
+    guard: impl Send + 'static,
 ) {
     let Some(io) = raft.io_runtime() else {
-        return serve_raft_link(stream, cluster_id, id, raft, observer).await;
+        transport.serve_raft_link(stream, raft).await;
+        drop(guard);
+        return;
     };
     let Ok(stream) = stream.into_std() else {
         return;
     };
     io.spawn(async move {
         if let Ok(stream) = tokio::net::TcpStream::from_std(stream) {
-            serve_raft_link(stream, cluster_id, id, raft, observer).await;
+            transport.serve_raft_link(stream, raft).await;
         }
+        drop(guard);
     });
 }
 
-/// Serves one raft link accepted on the peer listener (see
-/// [`is_raft_link`]): checks the hello, then steps every message into the
-/// local raft node until the peer closes the connection.
-pub async fn serve_raft_link(
-    stream: tokio::net::TcpStream,
-    cluster_id: u64,
-    id: u64,
-    raft: RaftHandle,
-    observer: Arc<dyn NetworkObserver>,
-) {
-    let _ = stream.set_nodelay(true);
-    let mut reader = tokio::io::BufReader::with_capacity(64 * 1024, stream);
-    let mut hello = [0u8; RAFT_HELLO_LEN];
-    if tokio::time::timeout(HELLO_TIMEOUT, reader.read_exact(&mut hello))
-        .await
-        .is_err()
-    {
-        return;
-    }
-    let field = |i: usize| {
-        let at = RAFT_MAGIC.len() + 8 * i;
-        u64::from_le_bytes(hello[at..at + 8].try_into().expect("8 bytes"))
-    };
-    let (remote_cluster, from, to) = (field(0), field(1), field(2));
-    if remote_cluster != cluster_id || to != id {
-        tracing::warn!(
-            local_cluster = %format!("{cluster_id:x}"), remote_cluster = %format!("{remote_cluster:x}"),
-            local_member = %format!("{id:x}"), to = %format!("{to:x}"), from = %format!("{from:x}"),
-            "refused a raft link for another cluster or member"
-        );
-        return;
-    }
-    let mut payload = Vec::new();
-    loop {
-        let mut len = [0u8; 4];
-        if reader.read_exact(&mut len).await.is_err() {
-            return; // closed
+/// Why an inbound raft link was closed by this member.
+#[derive(Debug, thiserror::Error)]
+enum LinkError {
+    #[error("message of {0} bytes is larger than {MAX_PEER_MESSAGE_BYTES}")]
+    TooLarge(usize),
+    #[error("inbound raft links already hold {MAX_RAFT_LINK_BUFFERED_BYTES} bytes")]
+    OverBudget,
+    #[error("no bytes of a started message for {FRAME_STALL_TIMEOUT:?}")]
+    Stalled,
+    #[error("closed in the middle of a message")]
+    Truncated,
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Bytes of frames held by inbound links, released when dropped.
+struct LinkBytes<'a> {
+    total: &'a AtomicUsize,
+    held: usize,
+}
+
+impl LinkBytes<'_> {
+    fn take(&mut self, bytes: usize) -> Result<(), LinkError> {
+        let before = self.total.fetch_add(bytes, Ordering::AcqRel);
+        if before + bytes > MAX_RAFT_LINK_BUFFERED_BYTES {
+            self.total.fetch_sub(bytes, Ordering::AcqRel);
+            return Err(LinkError::OverBudget);
         }
-        let len = u32::from_le_bytes(len) as usize;
-        if len > MAX_PEER_MESSAGE_BYTES {
-            tracing::warn!(from = %format!("{from:x}"), len, "raft link: message too large, closing");
+        self.held += bytes;
+        Ok(())
+    }
+
+    fn give_back(&mut self, bytes: usize) {
+        self.total.fetch_sub(bytes, Ordering::AcqRel);
+        self.held -= bytes;
+    }
+}
+
+impl Drop for LinkBytes<'_> {
+    fn drop(&mut self) {
+        self.total.fetch_sub(self.held, Ordering::AcqRel);
+    }
+}
+
+/// Reads one frame into `payload`, which grows with the bytes received and
+/// is charged to `budget` meanwhile. Ok(false): the link closed between
+/// frames.
+async fn read_frame<R: tokio::io::AsyncRead + Unpin>(
+    reader: &mut R,
+    payload: &mut Vec<u8>,
+    budget: &mut LinkBytes<'_>,
+) -> Result<bool, LinkError> {
+    let mut len = [0u8; 4];
+    if reader.read_exact(&mut len).await.is_err() {
+        return Ok(false);
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_PEER_MESSAGE_BYTES {
+        return Err(LinkError::TooLarge(len));
+    }
+    payload.clear();
+    while payload.len() < len {
+        let start = payload.len();
+        let want = (len - start).min(LINK_READ_CHUNK_BYTES);
+        budget.take(want)?;
+        payload.resize(start + want, 0);
+        let read = tokio::time::timeout(FRAME_STALL_TIMEOUT, reader.read(&mut payload[start..]))
+            .await
+            .map_err(|_| LinkError::Stalled)??;
+        if read == 0 {
+            return Err(LinkError::Truncated);
+        }
+        payload.truncate(start + read);
+        budget.give_back(want - read);
+    }
+    Ok(true)
+}
+
+impl PeerTransport {
+    /// Serves one raft link accepted on the peer listener (see
+    /// [`is_raft_link`]): checks the hello (this cluster, this member, a
+    /// sender that is a member), replaces that sender's previous link, then
+    /// steps every message into the local raft node until the peer closes
+    /// the link or a newer one replaces it.
+    pub async fn serve_raft_link(self: Arc<Self>, stream: tokio::net::TcpStream, raft: RaftHandle) {
+        let _ = stream.set_nodelay(true);
+        let mut reader = tokio::io::BufReader::with_capacity(LINK_READ_CHUNK_BYTES, stream);
+        let mut hello = [0u8; RAFT_HELLO_LEN];
+        if tokio::time::timeout(HELLO_TIMEOUT, reader.read_exact(&mut hello))
+            .await
+            .is_err()
+        {
             return;
         }
-        payload.resize(len, 0);
-        if reader.read_exact(&mut payload).await.is_err() {
+        let field = |i: usize| {
+            let at = RAFT_MAGIC.len() + 8 * i;
+            u64::from_le_bytes(hello[at..at + 8].try_into().expect("8 bytes"))
+        };
+        let (remote_cluster, from, to) = (field(0), field(1), field(2));
+        if remote_cluster != self.cluster_id || to != self.id {
+            tracing::warn!(
+                local_cluster = %format!("{:x}", self.cluster_id), remote_cluster = %format!("{remote_cluster:x}"),
+                local_member = %format!("{:x}", self.id), to = %format!("{to:x}"), from = %format!("{from:x}"),
+                "refused a raft link for another cluster or member"
+            );
             return;
         }
-        observer.received(from, len as u64);
-        let msg = match eraftpb::Message::parse_from_bytes(&payload) {
-            Ok(msg) => msg,
-            Err(e) => {
-                tracing::warn!(from = %format!("{from:x}"), error = %e, "raft link: bad message, closing");
-                return;
+        if !self.is_peer(from) {
+            tracing::warn!(from = %format!("{from:x}"), "refused a raft link: sender not found");
+            return;
+        }
+        let (link, replaced) = self.register_inbound(from);
+        let result = tokio::select! {
+            result = self.step_frames(&mut reader, from, &raft) => result,
+            _ = replaced.notified() => {
+                tracing::debug!(from = %format!("{from:x}"), "raft link replaced by a newer one");
+                Ok(())
             }
         };
-        if raft.step(msg).await.is_err() {
-            return; // stopping
+        self.deregister_inbound(from, link);
+        if let Err(e) = result {
+            tracing::warn!(from = %format!("{from:x}"), error = %e, "raft link: closing");
+        }
+    }
+
+    async fn step_frames<R: tokio::io::AsyncRead + Unpin>(
+        &self,
+        reader: &mut R,
+        from: u64,
+        raft: &RaftHandle,
+    ) -> Result<(), LinkError> {
+        let mut payload = Vec::new();
+        loop {
+            let mut budget = LinkBytes {
+                total: &self.link_bytes,
+                held: 0,
+            };
+            if !read_frame(reader, &mut payload, &mut budget).await? {
+                return Ok(()); // closed
+            }
+            self.observer.received(from, payload.len() as u64);
+            let msg = eraftpb::Message::parse_from_bytes(&payload).map_err(|e| {
+                LinkError::Io(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("bad message: {e}"),
+                ))
+            })?;
+            if msg.from != from {
+                return Err(LinkError::Io(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("a message from {:x} on {from:x}'s link", msg.from),
+                )));
+            }
+            drop(budget);
+            if payload.capacity() > LINK_BUFFER_KEEP_BYTES {
+                payload = Vec::new();
+            }
+            if raft.step(msg).await.is_err() {
+                return Ok(()); // stopping
+            }
         }
     }
 }
@@ -611,81 +797,78 @@ async fn probe(link: Link, mut client: PeerClient<tonic::transport::Channel>) {
     }
 }
 
-/// The receiving side: steps every message into the local raft node.
+/// The receiving side of the peer gRPC services: snapshots and probes.
 pub struct PeerService {
-    cluster_id: u64,
-    id: u64,
+    transport: Arc<PeerTransport>,
     raft: RaftHandle,
     /// `<member_dir>/snap`, where received backend snapshots land.
     snap_dir: PathBuf,
-    observer: Arc<dyn NetworkObserver>,
 }
 
 impl PeerService {
     pub fn server(
-        id: u64,
-        cluster_id: u64,
+        transport: Arc<PeerTransport>,
         raft: RaftHandle,
         snap_dir: PathBuf,
-        observer: Arc<dyn NetworkObserver>,
     ) -> PeerServer<PeerService> {
         PeerServer::new(PeerService {
-            cluster_id,
-            id,
+            transport,
             raft,
             snap_dir,
-            observer,
         })
-        .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
+        .max_decoding_message_size(MAX_PEER_RPC_BYTES)
+    }
+
+    /// Whether a request names this cluster, this member and a sender that
+    /// is a member.
+    fn check_sender(&self, cluster_id: u64, from: u64, to: u64) -> Result<(), Status> {
+        let t = &self.transport;
+        if cluster_id != t.cluster_id || to != t.id {
+            return Err(Status::failed_precondition(
+                "request for another cluster or member",
+            ));
+        }
+        if !t.is_peer(from) {
+            return Err(Status::not_found("error sender not found"));
+        }
+        Ok(())
+    }
+}
+
+/// The next chunk of a snapshot stream, if it comes in time.
+async fn next_chunk(
+    stream: &mut Streaming<SnapshotChunk>,
+) -> Result<Option<SnapshotChunk>, Status> {
+    tokio::time::timeout(SNAPSHOT_CHUNK_TIMEOUT, stream.message())
+        .await
+        .map_err(|_| Status::deadline_exceeded("snapshot stream stalled"))?
+}
+
+/// A received snapshot's sender, released when the receive ends; its
+/// partial file is removed unless the receive completed.
+struct SnapshotReceive<'a> {
+    receiving: &'a parking_lot::Mutex<HashSet<u64>>,
+    from: u64,
+    partial: Option<PathBuf>,
+}
+
+impl Drop for SnapshotReceive<'_> {
+    fn drop(&mut self) {
+        if let Some(partial) = self.partial.take() {
+            let _ = std::fs::remove_file(partial);
+        }
+        self.receiving.lock().remove(&self.from);
     }
 }
 
 #[tonic::async_trait]
 impl Peer for PeerService {
-    /// Raft messages over a gRPC client stream: how members sent them
-    /// before the raft link; still served for such a peer.
-    async fn stream(
-        &self,
-        request: Request<Streaming<RaftBatch>>,
-    ) -> Result<Response<StreamAck>, Status> {
-        let mut stream = request.into_inner();
-        while let Some(batch) = stream.message().await? {
-            if batch.cluster_id != self.cluster_id {
-                return Err(Status::failed_precondition(format!(
-                    "cluster ID mismatch: local {:x}, remote {:x}",
-                    self.cluster_id, batch.cluster_id
-                )));
-            }
-            if batch.to != self.id {
-                return Err(Status::failed_precondition(format!(
-                    "member ID mismatch: local {:x}, message for {:x}",
-                    self.id, batch.to
-                )));
-            }
-            let bytes: usize = batch.messages.iter().map(|m| m.len()).sum();
-            self.observer.received(batch.from, bytes as u64);
-            for bytes in batch.messages {
-                let msg = eraftpb::Message::parse_from_bytes(&bytes)
-                    .map_err(|e| Status::invalid_argument(format!("bad raft message: {e}")))?;
-                self.raft
-                    .step(msg)
-                    .await
-                    .map_err(|e| Status::unavailable(e.to_string()))?;
-            }
-        }
-        Ok(Response::new(StreamAck {}))
-    }
-
     async fn probe(
         &self,
         request: Request<ProbeRequest>,
     ) -> Result<Response<ProbeResponse>, Status> {
         let probe = request.into_inner();
-        if probe.cluster_id != self.cluster_id || probe.to != self.id {
-            return Err(Status::failed_precondition(
-                "probe for another cluster or member",
-            ));
-        }
+        self.check_sender(probe.cluster_id, probe.from, probe.to)?;
         Ok(Response::new(ProbeResponse {}))
     }
 
@@ -694,20 +877,25 @@ impl Peer for PeerService {
         request: Request<Streaming<SnapshotChunk>>,
     ) -> Result<Response<StreamAck>, Status> {
         let mut stream = request.into_inner();
-        let first = stream
-            .message()
+        let first = next_chunk(&mut stream)
             .await?
             .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
-        if first.cluster_id != self.cluster_id || first.to != self.id {
-            return Err(Status::failed_precondition(
-                "snapshot for another cluster or member",
+        self.check_sender(first.cluster_id, first.from, first.to)?;
+        if !self.transport.receiving_snapshots.lock().insert(first.from) {
+            return Err(Status::already_exists(
+                "a snapshot from this member is being received",
             ));
         }
+        let mut receive = SnapshotReceive {
+            receiving: &self.transport.receiving_snapshots,
+            from: first.from,
+            partial: None,
+        };
         let mut msg = eraftpb::Message::parse_from_bytes(&first.message)
             .map_err(|e| Status::invalid_argument(format!("bad raft message: {e}")))?;
-        if msg.get_msg_type() != MessageType::MsgSnapshot {
+        if msg.get_msg_type() != MessageType::MsgSnapshot || msg.from != first.from {
             return Err(Status::invalid_argument(
-                "the first chunk must carry a MsgSnapshot",
+                "the first chunk must carry the sender's MsgSnapshot",
             ));
         }
         let index = msg.get_snapshot().get_metadata().index;
@@ -717,11 +905,11 @@ impl Peer for PeerService {
         let io =
             |e: std::io::Error| Status::internal(format!("writing the received snapshot: {e}"));
         let mut file = tokio::fs::File::create(&partial).await.map_err(io)?;
+        receive.partial = Some(partial.clone());
         let mut received = 0u64;
         let mut last = first.last;
         while !last {
-            let chunk = stream
-                .message()
+            let chunk = next_chunk(&mut stream)
                 .await?
                 .ok_or_else(|| Status::aborted("snapshot stream ended early"))?;
             file.write_all(&chunk.data).await.map_err(io)?;
@@ -731,6 +919,8 @@ impl Peer for PeerService {
         file.sync_all().await.map_err(io)?;
         drop(file);
         tokio::fs::rename(&partial, &path).await.map_err(io)?;
+        receive.partial = None;
+        drop(receive);
         tracing::info!(from = %format!("{:x}", first.from), index, bytes = received, "received database snapshot");
         msg.mut_snapshot()
             .set_data(path.to_string_lossy().as_bytes().to_vec().into());
@@ -744,7 +934,123 @@ impl Peer for PeerService {
 
 #[cfg(test)]
 mod tests {
-    use super::host_port;
+    use super::*;
+
+    fn frame_header(len: u32) -> Vec<u8> {
+        len.to_le_bytes().to_vec()
+    }
+
+    #[tokio::test]
+    async fn a_frame_grows_with_the_bytes_received_not_its_declared_length() {
+        let total = AtomicUsize::new(0);
+        let (mut tx, mut rx) = tokio::io::duplex(1 << 20);
+        let mut bytes = frame_header(40 << 20);
+        bytes.extend_from_slice(&[1u8; 1000]);
+        tx.write_all(&bytes).await.unwrap();
+        let mut payload = Vec::new();
+        let mut budget = LinkBytes {
+            total: &total,
+            held: 0,
+        };
+        let read = read_frame(&mut rx, &mut payload, &mut budget);
+        let outcome = tokio::time::timeout(Duration::from_millis(200), read).await;
+        assert!(outcome.is_err(), "the frame is incomplete: still reading");
+        assert!(
+            payload.capacity() < 1 << 20,
+            "{} bytes allocated for 1000 received",
+            payload.capacity()
+        );
+        // charged: what arrived, and at most one chunk being read
+        assert!(total.load(Ordering::Acquire) <= 1000 + LINK_READ_CHUNK_BYTES);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_frame_that_stalls_closes_its_link_and_releases_its_bytes() {
+        let total = AtomicUsize::new(0);
+        let (mut tx, mut rx) = tokio::io::duplex(1 << 20);
+        let mut bytes = frame_header(1000);
+        bytes.extend_from_slice(&[1u8; 10]);
+        tx.write_all(&bytes).await.unwrap();
+        let mut payload = Vec::new();
+        {
+            let mut budget = LinkBytes {
+                total: &total,
+                held: 0,
+            };
+            let result = read_frame(&mut rx, &mut payload, &mut budget).await;
+            assert!(matches!(result, Err(LinkError::Stalled)), "{result:?}");
+        }
+        assert_eq!(total.load(Ordering::Acquire), 0);
+        // Between frames a link may idle as long as it likes.
+        let (_idle_tx, mut idle_rx) = tokio::io::duplex(64);
+        let mut budget = LinkBytes {
+            total: &total,
+            held: 0,
+        };
+        let idle = read_frame(&mut idle_rx, &mut payload, &mut budget);
+        assert!(tokio::time::timeout(FRAME_STALL_TIMEOUT * 10, idle)
+            .await
+            .is_err());
+    }
+
+    #[tokio::test]
+    async fn frames_are_held_to_the_links_byte_budget_and_their_size_limit() {
+        // Other links already hold nearly the whole budget.
+        let total = AtomicUsize::new(MAX_RAFT_LINK_BUFFERED_BYTES - 100);
+        let (mut tx, mut rx) = tokio::io::duplex(1 << 20);
+        let mut bytes = frame_header(1000);
+        bytes.extend_from_slice(&[1u8; 1000]);
+        tx.write_all(&bytes).await.unwrap();
+        let mut payload = Vec::new();
+        let mut budget = LinkBytes {
+            total: &total,
+            held: 0,
+        };
+        let result = read_frame(&mut rx, &mut payload, &mut budget).await;
+        assert!(matches!(result, Err(LinkError::OverBudget)), "{result:?}");
+        drop(budget);
+        assert_eq!(
+            total.load(Ordering::Acquire),
+            MAX_RAFT_LINK_BUFFERED_BYTES - 100
+        );
+
+        let total = AtomicUsize::new(0);
+        let (mut tx, mut rx) = tokio::io::duplex(1 << 20);
+        tx.write_all(&frame_header(MAX_PEER_MESSAGE_BYTES as u32 + 1))
+            .await
+            .unwrap();
+        let mut budget = LinkBytes {
+            total: &total,
+            held: 0,
+        };
+        let result = read_frame(&mut rx, &mut payload, &mut budget).await;
+        assert!(matches!(result, Err(LinkError::TooLarge(_))), "{result:?}");
+        // A complete frame is read whole and its bytes are charged until dropped.
+        let (mut tx, mut rx) = tokio::io::duplex(1 << 20);
+        let mut bytes = frame_header(100_000);
+        bytes.extend_from_slice(&[9u8; 100_000]);
+        tx.write_all(&bytes).await.unwrap();
+        drop(tx);
+        let mut budget = LinkBytes {
+            total: &total,
+            held: 0,
+        };
+        assert!(read_frame(&mut rx, &mut payload, &mut budget)
+            .await
+            .unwrap());
+        assert_eq!(payload, vec![9u8; 100_000]);
+        assert_eq!(total.load(Ordering::Acquire), 100_000);
+        drop(budget);
+        assert_eq!(total.load(Ordering::Acquire), 0);
+        // Then the link closes between frames: not an error.
+        let mut budget = LinkBytes {
+            total: &total,
+            held: 0,
+        };
+        assert!(!read_frame(&mut rx, &mut payload, &mut budget)
+            .await
+            .unwrap());
+    }
 
     #[test]
     fn peer_url_to_host_port() {

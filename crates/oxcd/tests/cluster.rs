@@ -608,17 +608,25 @@ async fn peer_port_closes_bad_raft_links_and_keeps_replicating() {
         "wrong member",
     )
     .await;
-    // a length beyond any raft message, then a body that is not a message
+    // a sender that is not a member (etcd: "404 error sender not found")
+    closed_by_member(
+        raft_link(&peer, cluster_id, 7, me, &[]).await,
+        "unknown sender",
+    )
+    .await;
+    // as a member: a length beyond any raft message, then a body that is
+    // not a message, then a message that names another sender
+    let other = member_id(&cluster, 1).await;
     let huge = u32::MAX.to_le_bytes();
     closed_by_member(
-        raft_link(&peer, cluster_id, 7, me, &huge).await,
+        raft_link(&peer, cluster_id, other, me, &huge).await,
         "oversized frame",
     )
     .await;
     let mut garbage = 6u32.to_le_bytes().to_vec();
     garbage.extend_from_slice(&[0xff; 6]);
     closed_by_member(
-        raft_link(&peer, cluster_id, 7, me, &garbage).await,
+        raft_link(&peer, cluster_id, other, me, &garbage).await,
         "undecodable frame",
     )
     .await;
@@ -639,6 +647,10 @@ async fn peer_port_closes_bad_raft_links_and_keeps_replicating() {
         log.contains("refused a raft link for another cluster or member"),
         "{log}"
     );
+    assert!(
+        log.contains("refused a raft link: sender not found"),
+        "{log}"
+    );
 
     // The member still replicates, both ways.
     for i in [0, 2] {
@@ -646,6 +658,116 @@ async fn peer_port_closes_bad_raft_links_and_keeps_replicating() {
         c.put(format!("after-bad-links-{i}"), "v", None)
             .await
             .unwrap();
+    }
+    hashes_converge(&cluster).await;
+}
+
+async fn member_id(cluster: &Cluster, i: usize) -> u64 {
+    let mut c = client(&[cluster.endpoint(i)]).await;
+    c.status().await.unwrap().header().unwrap().member_id()
+}
+
+/// Resident memory of member `i`, in bytes.
+fn rss(cluster: &Cluster, i: usize) -> u64 {
+    let pid = cluster.members[i].as_ref().unwrap().pid();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// The probe that took a member from 19 MB to 2.5 GB in 8 s: 40 raft
+/// links, each declaring a 60 MiB frame and sending a few bytes of it.
+/// Frames now grow with the bytes received and a sender has one link at a
+/// time; the member goes on replicating. (Stalls and the links' byte
+/// budget: consensus::transport's unit tests.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_port_cannot_be_used_to_exhaust_memory() {
+    let cluster = Cluster::start(3, &[]);
+    let mut c = client(&[cluster.endpoint(0)]).await;
+    let header = c.status().await.unwrap().header().unwrap().clone();
+    let (cluster_id, me) = (header.cluster_id(), header.member_id());
+    let senders = [member_id(&cluster, 1).await, member_id(&cluster, 2).await];
+    let peer = cluster
+        .peer_url(0)
+        .trim_start_matches("http://")
+        .to_string();
+    let before = rss(&cluster, 0);
+
+    let mut declared = (60u32 << 20).to_le_bytes().to_vec();
+    declared.extend_from_slice(&[0u8; 1024]);
+    let mut links = Vec::new();
+    for i in 0..40 {
+        links.push(raft_link(&peer, cluster_id, senders[i % 2], me, &declared).await);
+    }
+    // One link per sender: all but the last two were replaced and closed.
+    for (i, link) in links.drain(..38).enumerate() {
+        closed_by_member(link, &format!("link {i}, replaced by a newer one")).await;
+    }
+    let grown = rss(&cluster, 0).saturating_sub(before);
+    assert!(
+        grown < 64 << 20,
+        "40 links of 60 MiB frames grew the member by {grown} bytes"
+    );
+    // The two left are closed too: stalled mid-frame, or replaced by the
+    // real members' links reconnecting.
+    for (i, link) in links.into_iter().enumerate() {
+        closed_by_member(link, &format!("stalled link {i}")).await;
+    }
+    assert!(rss(&cluster, 0).saturating_sub(before) < 64 << 20);
+
+    // The peer gRPC services: a sender that is not a member is not found;
+    // a message past the peer port's size bound is refused unread.
+    {
+        use api::oxcdpeerpb::peer_client::PeerClient;
+        use api::oxcdpeerpb::{ProbeRequest, SnapshotChunk};
+        let channel = tonic::transport::Endpoint::from_shared(cluster.peer_url(0))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut peer_client = PeerClient::new(channel).max_encoding_message_size(usize::MAX);
+        let probe = |from| ProbeRequest {
+            cluster_id,
+            from,
+            to: me,
+        };
+        let refused = peer_client.probe(probe(7)).await.unwrap_err();
+        assert_eq!(
+            (refused.code(), refused.message()),
+            (Code::NotFound, "error sender not found")
+        );
+        peer_client.probe(probe(senders[0])).await.unwrap();
+        let chunk = |from, data: Vec<u8>| SnapshotChunk {
+            cluster_id,
+            from,
+            to: me,
+            data: data.into(),
+            ..Default::default()
+        };
+        let refused = peer_client
+            .snapshot(tokio_stream::iter(vec![chunk(7, Vec::new())]))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), Code::NotFound, "{refused:?}");
+        let huge = chunk(senders[0], vec![0u8; 8 << 20]);
+        let refused = peer_client
+            .snapshot(tokio_stream::iter(vec![huge]))
+            .await
+            .unwrap_err();
+        assert!(
+            refused.message().contains("message length too large"),
+            "{refused:?}"
+        );
+    }
+
+    // Replication goes on, and the real links come back.
+    for i in 0..3 {
+        let mut c = client(&[cluster.endpoint(i)]).await;
+        c.put(format!("after-{i}"), "v", None).await.unwrap();
     }
     hashes_converge(&cluster).await;
 }

@@ -62,13 +62,6 @@ pub enum StartError {
 /// redb's file magic: a backend that does not start with it is not ours.
 const REDB_MAGIC: &[u8] = b"redb\x1a\x0a\xa9\x0d\x0a";
 
-/// A single member has no peers to send raft messages to.
-struct NoPeers;
-
-impl Transport for NoPeers {
-    fn send(&self, _msgs: Vec<raft::eraftpb::Message>) {}
-}
-
 /// Binds a listener for `url` (resolved to `addr`); returns it with the
 /// address it got (port 0 resolved).
 async fn bind(url: &str, addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
@@ -472,19 +465,16 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         .filter(|m| m.id != member.id)
         .filter_map(|m| m.peer_urls.first().map(|url| (m.id, url.clone())))
         .collect();
-    let peer_transport = (!peers.is_empty()).then(|| {
-        PeerTransport::new(
-            member.id,
-            cluster_id,
-            &peers,
-            &tokio::runtime::Handle::current(),
-            metrics.network.clone(),
-        )
-    });
-    let transport: Arc<dyn Transport> = match &peer_transport {
-        Some(t) => t.clone(),
-        None => Arc::new(NoPeers),
-    };
+    // A single member's transport has no peers: it sends nothing and
+    // refuses every raft link and peer request (no sender is a member).
+    let peer_transport = PeerTransport::new(
+        member.id,
+        cluster_id,
+        &peers,
+        &tokio::runtime::Handle::current(),
+        metrics.network.clone(),
+    );
+    let transport: Arc<dyn Transport> = peer_transport.clone();
     let options = consensus::StartOptions {
         snapshot_catch_up_entries: cfg.snapshot_catch_up_entries,
         wal_sync_observer: Some(metrics.wal_sync_observer()),
@@ -544,14 +534,12 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
             me.clone(),
         )
     });
-    if let Some(transport) = &peer_transport {
-        let source = BackendSnapshots {
-            store: server.store.clone(),
-            applied: server.applied.clone(),
-            snap_dir: cfg.member_dir().join("snap"),
-        };
-        transport.attach_snapshots(server.raft.clone(), Arc::new(source));
-    }
+    let source = BackendSnapshots {
+        store: server.store.clone(),
+        applied: server.applied.clone(),
+        snap_dir: cfg.member_dir().join("snap"),
+    };
+    peer_transport.attach_snapshots(server.raft.clone(), Arc::new(source));
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut bound = Vec::new();
     let mut serving = Vec::new();
@@ -560,6 +548,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         let (listener, local) = bind(url, addr).await?;
         serving.push(tokio::spawn(serve_peers(
             server.clone(),
+            peer_transport.clone(),
             listener,
             shutdown_rx.clone(),
         )));
@@ -661,21 +650,40 @@ const PEER_ACCEPT_QUEUE: usize = 64;
 
 async fn serve_peers(
     server: Arc<EtcdServer>,
+    transport: Arc<PeerTransport>,
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    use consensus::transport::{
+        MAX_PEER_CONNECTIONS, MAX_PEER_RPC_BYTES, MAX_PEER_STREAMS_PER_CONNECTION,
+    };
     // Raft links (a raw framed stream, see consensus::transport) and gRPC
-    // share the port: each connection is sorted by its first bytes.
+    // share the port: each connection is sorted by its first bytes. Each
+    // holds a permit while it lasts: past MAX_PEER_CONNECTIONS a new
+    // connection is closed at once.
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_PEER_CONNECTIONS));
     let (grpc_tx, grpc_rx) =
-        tokio::sync::mpsc::channel::<std::io::Result<tokio::net::TcpStream>>(PEER_ACCEPT_QUEUE);
+        tokio::sync::mpsc::channel::<std::io::Result<PeerConnection>>(PEER_ACCEPT_QUEUE);
     let sorter = {
-        let server = server.clone();
+        let raft = server.raft.clone();
+        let transport = transport.clone();
         let mut shutdown = shutdown.clone();
         tokio::spawn(async move {
+            let mut refused = 0u64;
             while let Some(stream) = accept_until_stop(&listener, &mut shutdown, "peer").await {
-                let (cluster_id, id) = (server.cluster_id, server.member.id);
-                let raft = server.raft.clone();
-                let observer = server.metrics.network.clone();
+                let Ok(permit) = permits.clone().try_acquire_owned() else {
+                    refused += 1;
+                    if refused.is_power_of_two() {
+                        tracing::warn!(
+                            refused,
+                            limit = MAX_PEER_CONNECTIONS,
+                            "peer listener: too many connections; closing new ones"
+                        );
+                    }
+                    continue;
+                };
+                let raft = raft.clone();
+                let transport = transport.clone();
                 let grpc_tx = grpc_tx.clone();
                 let mut shutdown = shutdown.clone();
                 tokio::spawn(async move {
@@ -683,7 +691,7 @@ async fn serve_peers(
                         Some(true) => {
                             // on the raft thread, which ends it when it stops
                             let link = consensus::transport::adopt_raft_link(
-                                stream, cluster_id, id, raft, observer,
+                                stream, transport, raft, permit,
                             );
                             tokio::select! {
                                 _ = link => {}
@@ -691,7 +699,12 @@ async fn serve_peers(
                             }
                         }
                         Some(false) => {
-                            let _ = grpc_tx.send(Ok(stream)).await;
+                            let _ = grpc_tx
+                                .send(Ok(PeerConnection {
+                                    stream,
+                                    _permit: permit,
+                                }))
+                                .await;
                         }
                         None => {}
                     }
@@ -701,19 +714,18 @@ async fn serve_peers(
     };
     let incoming = tokio_stream::wrappers::ReceiverStream::new(grpc_rx);
     let snap_dir = server.cfg.member_dir().join("snap");
-    let peer = PeerService::server(
-        server.member.id,
-        server.cluster_id,
-        server.raft.clone(),
-        snap_dir,
-        server.metrics.network.clone(),
-    );
+    let peer = PeerService::server(transport, server.raft.clone(), snap_dir);
     let result = tonic::transport::Server::builder()
+        .max_concurrent_streams(MAX_PEER_STREAMS_PER_CONNECTION)
         .add_service(peer)
-        .add_service(lease::driver::LeasePeerService::server(server.clone()))
-        .add_service(crate::corrupt::MaintenancePeerService::server(
-            server.clone(),
-        ))
+        .add_service(
+            lease::driver::LeasePeerService::server(server.clone())
+                .max_decoding_message_size(MAX_PEER_RPC_BYTES),
+        )
+        .add_service(
+            crate::corrupt::MaintenancePeerService::server(server.clone())
+                .max_decoding_message_size(MAX_PEER_RPC_BYTES),
+        )
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
         })
@@ -721,6 +733,66 @@ async fn serve_peers(
     sorter.abort();
     if let Err(e) = result {
         tracing::error!(error = %e, "peer listener stopped");
+    }
+}
+
+/// A gRPC connection on the peer port, holding its connection permit.
+struct PeerConnection {
+    stream: tokio::net::TcpStream,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl tonic::transport::server::Connected for PeerConnection {
+    type ConnectInfo = <tokio::net::TcpStream as tonic::transport::server::Connected>::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
+impl tokio::io::AsyncRead for PeerConnection {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for PeerConnection {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
     }
 }
 

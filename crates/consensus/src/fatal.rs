@@ -58,6 +58,22 @@ impl Fatal {
     }
 }
 
+impl Fatal {
+    /// Runs a member's thread body; a panic in it becomes the member's
+    /// fatal error (the process then stops in order and exits non-zero)
+    /// rather than a dead thread in a process that stays up.
+    pub fn run_thread(&self, thread: &str, body: impl FnOnce()) {
+        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            self.raise(format!("the {thread} thread panicked: {what}"));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Fatal;
@@ -75,5 +91,17 @@ mod tests {
         assert_eq!(waiter.await.unwrap(), "wal: disk full");
         assert_eq!(fatal.cause().as_deref(), Some("wal: disk full"));
         assert_eq!(fatal.raised().await, "wal: disk full");
+    }
+
+    #[test]
+    fn a_panicking_member_thread_raises_the_fatal_error() {
+        let fatal = Fatal::default();
+        fatal.run_thread("apply", || {});
+        assert_eq!(fatal.cause(), None);
+        fatal.run_thread("apply", || panic!("index out of range"));
+        assert_eq!(
+            fatal.cause().as_deref(),
+            Some("the apply thread panicked: index out of range")
+        );
     }
 }

@@ -386,10 +386,11 @@ pub fn start_with_options(
         committed_tx,
         shared.clone(),
     )?;
+    let fatal = shared.fatal.clone();
     let thread = std::thread::Builder::new()
         .name(format!("raft-{:x}", cfg.id))
         .stack_size(RAFT_THREAD_STACK_BYTES)
-        .spawn(move || node.run())?;
+        .spawn(move || fatal.run_thread("raft", move || node.run()))?;
     let handle = RaftHandle {
         inner: Arc::new(HandleInner {
             input: input_tx,

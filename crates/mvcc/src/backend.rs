@@ -83,6 +83,54 @@ pub fn builder() -> redb::Builder {
     builder
 }
 
+thread_local! {
+    /// Set while [`without_panics`] runs on this thread: the panic hook
+    /// stays quiet (the panic becomes an error of ours).
+    static QUIET_PANICS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f`, which reads the redb file at `path`, turning a panic into a
+/// [`MvccError::Corrupt`] that names the file, and naming the file in a
+/// corruption error too. redb reports most damage as errors, but some
+/// damaged pages (a branch page with garbage, a bad page number) make it
+/// panic ("unreachable"): a member must refuse such a file with a clear
+/// message, not die with redb's internals.
+pub(crate) fn without_panics<T>(
+    path: &Path,
+    f: impl FnOnce() -> Result<T, MvccError>,
+) -> Result<T, MvccError> {
+    static QUIET_HOOK: std::sync::Once = std::sync::Once::new();
+    QUIET_HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET_PANICS.with(|quiet| quiet.get()) {
+                previous(info);
+            }
+        }));
+    });
+    let was_quiet = QUIET_PANICS.with(|quiet| quiet.replace(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    QUIET_PANICS.with(|quiet| quiet.set(was_quiet));
+    let damaged = |what: String| {
+        MvccError::Corrupt(format!(
+            "{} is damaged ({what}); restore it from a snapshot or another member",
+            path.display()
+        ))
+    };
+    match result {
+        Ok(Err(MvccError::Corrupt(what))) => Err(damaged(what)),
+        Ok(other) => other,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(damaged(format!("the backend failed reading it: {what}")))
+        }
+    }
+}
+
 pub fn open_database(path: &Path) -> Result<Database, MvccError> {
     let db = builder().create(path).map_err(backend_error)?;
     // Make sure both tables and the format version exist, so readers never

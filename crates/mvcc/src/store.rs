@@ -96,8 +96,11 @@ impl Store {
     /// Creates or opens the file and rebuilds the key index from it.
     pub fn open(path: &Path) -> Result<Store, MvccError> {
         crate::defrag::remove_leftover(path);
-        let db = backend::open_database(path)?;
-        let loaded = backend::load(&db)?;
+        let (db, loaded) = backend::without_panics(path, || {
+            let db = backend::open_database(path)?;
+            let loaded = backend::load(&db)?;
+            Ok((db, loaded))
+        })?;
         let compact_revision = loaded.compact_revision.max(NO_COMPACTION);
         let size = std::fs::metadata(path).map(|m| m.len() as i64).unwrap_or(0);
         Ok(Store {

@@ -282,3 +282,52 @@ fn a_committed_entry_that_cannot_be_applied_stops_the_member_and_is_never_skippe
         assert!(!log.contains("skipping"), "{log}");
     }
 }
+
+#[test]
+fn a_damaged_backend_file_is_refused_with_a_message_naming_it_never_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
+    for i in 0..300 {
+        let value = format!("value-{i}-{}", "x".repeat(300));
+        assert!(etcdctl(m.host_port(), &["put", &format!("key{i:03}"), &value]).0);
+    }
+    assert!(m
+        .terminate(Duration::from_secs(20))
+        .is_some_and(|s| s.success()));
+    let db = dir.path().join("member/snap/db");
+    let original = fs::read(&db).unwrap();
+    let len = original.len();
+    let mut refused = 0;
+    // 64 bytes overwritten: in the first page, in pages holding the tree and
+    // its values, near the end.
+    for offset in [0, 4096, len / 3, len / 2, 2 * len / 3, len - 8192] {
+        let mut damaged = original.clone();
+        for (i, b) in damaged[offset..offset + 64].iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(37) ^ 0xa5;
+        }
+        fs::write(&db, &damaged).unwrap();
+        // One that opens anyway starts serving: it is stopped (killed) at
+        // the deadline and counted as not refused.
+        let mut p = Process::launch_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
+        let status = p.wait_exit(Duration::from_secs(5));
+        let log = p.log_text();
+        assert!(
+            !log.contains("panicked"),
+            "offset {offset}: a panic:\n{log}"
+        );
+        if let Some(status) = status {
+            assert_eq!(status.code(), Some(1), "offset {offset}:\n{log}");
+            refused += 1;
+            let last = p.log_lines().last().cloned().unwrap_or_default();
+            assert!(
+                last.contains(db.to_str().unwrap()),
+                "offset {offset}: the message does not name the file: {last}"
+            );
+        }
+    }
+    assert!(
+        refused >= 4,
+        "only {refused} of 6 damaged files were refused"
+    );
+    fs::write(&db, &original).unwrap();
+}

@@ -342,17 +342,28 @@ fn check_backend_is_ours(path: &Path) -> Result<(), StartError> {
     let Ok(mut file) = fs::File::open(path) else {
         return Ok(());
     };
-    let mut magic = [0u8; 9];
-    match file.read_exact(&mut magic) {
-        Ok(()) if magic == REDB_MAGIC => Ok(()),
-        // A zero-length file is what a crash during creation leaves.
-        _ if file.metadata().map(|m| m.len() == 0).unwrap_or(false) => Ok(()),
-        _ => Err(StartError::DataDir(format!(
+    let mut head = [0u8; 20];
+    let read = file.read(&mut head).unwrap_or(0);
+    if read >= REDB_MAGIC.len() && head[..REDB_MAGIC.len()] == *REDB_MAGIC {
+        return Ok(());
+    }
+    // A zero-length file is what a crash during creation leaves.
+    if file.metadata().map(|m| m.len() == 0).unwrap_or(false) {
+        return Ok(());
+    }
+    // bbolt's first page: a 16-byte page header, then the meta magic.
+    if read == head.len() && head[16..20] == 0xED0C_DAEDu32.to_le_bytes() {
+        return Err(StartError::DataDir(format!(
             "{} is not an oxcd backend (it looks like an etcd bbolt database); oxcd does not open etcd's data files: \
              restore an etcd snapshot into a fresh oxcd data dir instead",
             path.display()
-        ))),
+        )));
     }
+    Err(StartError::DataDir(format!(
+        "{} is not an oxcd backend, or its first page is damaged: it does not begin with redb's file magic; \
+         restore it from a snapshot or another member",
+        path.display()
+    )))
 }
 
 /// The members this one knows: the backend's members table once it has
@@ -512,10 +523,11 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         Some(applier) => applier.try_apply_inline(batch),
         None => Err(batch),
     }));
+    let fatal = raft.fatal();
     let apply_thread = std::thread::Builder::new()
         .name("apply".into())
         .stack_size(api::codec::REQUEST_THREAD_STACK_BYTES)
-        .spawn(move || applier.run(committed))
+        .spawn(move || fatal.run_thread("apply", move || applier.run(committed)))
         .map_err(|e| StartError::Config(format!("cannot start the apply thread: {e}")))?;
 
     let server = Arc::new_cyclic(|me| {
@@ -928,6 +940,7 @@ impl ClientThread {
                     .max_concurrent_streams(server.cfg.max_concurrent_streams)
                     .http2_keepalive_interval(Some(Duration::from_secs(2 * 60 * 60)))
                     .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+                    .layer(crate::grpc_compat::GrpcGuardLayer)
                     .layer(GrpcMetricsLayer::new(server.metrics.grpc.clone()))
                     .layer(tower::util::MapResponseLayer::new(
                         crate::grpc_compat::rewrite_oversized_request,

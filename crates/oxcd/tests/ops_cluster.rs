@@ -55,6 +55,12 @@ async fn etcdctl_move_leader_hands_leadership_to_the_named_member() {
     // The cluster goes on committing under its new leader.
     let mut c = client(&cluster.endpoints()).await;
     c.put("after-move", "v", None).await.unwrap();
+    // And back, through the API: etcd's answer carries no header (the
+    // etcd-client crate's own test_move_leader asserts it).
+    let mut new_leader = client(&[cluster.endpoint(target)]).await;
+    let moved = new_leader.move_leader(old_id).await.unwrap();
+    assert!(moved.header().is_none(), "{moved:?}");
+    assert_eq!(leader(&cluster).await, old);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,7 +29,11 @@ pub fn is_grpc_content_type(value: &[u8]) -> bool {
 ///   (etcd 3.5.16; 3.5.1's grpc-go reset the stream);
 /// * a gRPC call to a method or service that does not exist: grpc-go's
 ///   Unimplemented `unknown method M for service S` / `unknown service S`
-///   (tonic answers without a message).
+///   (tonic answers without a message);
+/// * a call whose deadline (`grpc-timeout`) passes before it is answered:
+///   DeadlineExceeded `context deadline exceeded`, as etcd's handlers
+///   answer (tonic's own timer, outside every layer, answers CANCELLED
+///   "Timeout expired"; ours fires [`DEADLINE_MARGIN`] before it).
 ///
 /// Without it a browser's "simple request" (HTTP/1.1, `text/plain`) to
 /// `/etcdserverpb.KV/Put` wrote a key.
@@ -50,6 +54,52 @@ pub struct GrpcGuard<S> {
 }
 
 type Refusal = http::Response<axum::body::Body>;
+
+/// How much earlier than tonic's timer for the same `grpc-timeout` ours
+/// fires. Ours is made first and polled first (tonic's timeout layer makes
+/// its timer after calling in, and polls the call before its timer), so
+/// this only guards against the two landing in different millisecond
+/// ticks of tokio's timer wheel. A deadline no longer than this is
+/// exceeded at once, without running the call, as in etcd, whose handlers
+/// find such a context already done.
+pub const DEADLINE_MARGIN: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// A `grpc-timeout` header's duration (gRPC's format: at most 8 digits and
+/// a unit); None when absent or malformed (tonic ignores those too).
+fn grpc_timeout(headers: &http::HeaderMap) -> Option<std::time::Duration> {
+    use std::time::Duration;
+    let value = headers.get("grpc-timeout")?.to_str().ok()?;
+    if value.len() < 2 || value.len() > 9 {
+        return None;
+    }
+    let (amount, unit) = value.split_at(value.len() - 1);
+    let amount: u64 = amount.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(amount * 3600),
+        "M" => Duration::from_secs(amount * 60),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => return None,
+    })
+}
+
+/// etcd's answer to a call whose deadline passed.
+fn deadline_exceeded() -> Refusal {
+    let mut response = http::Response::new(axum::body::Body::empty());
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    headers.insert("grpc-status", http::HeaderValue::from_static("4"));
+    headers.insert(
+        "grpc-message",
+        http::HeaderValue::from_static("context deadline exceeded"),
+    );
+    response
+}
 
 impl<S, ReqBody, ResBody> tower::Service<http::Request<ReqBody>> for GrpcGuard<S>
 where
@@ -84,10 +134,18 @@ where
                 refusal: Some(unsupported_media_type(&shown)),
             };
         }
-        let uri =
-            (grpc && request.version() >= http::Version::HTTP_2).then(|| request.uri().clone());
+        let grpc = grpc && request.version() >= http::Version::HTTP_2;
+        let timeout = grpc.then(|| grpc_timeout(request.headers())).flatten();
+        if timeout.is_some_and(|t| t <= DEADLINE_MARGIN) {
+            return GuardFuture::Refused {
+                refusal: Some(deadline_exceeded()),
+            };
+        }
+        let deadline = timeout.map(|t| tokio::time::sleep(t - DEADLINE_MARGIN));
+        let uri = grpc.then(|| request.uri().clone());
         GuardFuture::Inner {
             inner: self.inner.call(request),
+            deadline,
             uri,
         }
     }
@@ -141,6 +199,9 @@ pin_project_lite::pin_project! {
         Inner {
             #[pin]
             inner: F,
+            // the call's deadline, from its grpc-timeout
+            #[pin]
+            deadline: Option<tokio::time::Sleep>,
             // a gRPC call's URI: to name what was not found
             uri: Option<http::Uri>,
         },
@@ -159,8 +220,21 @@ where
                 let refusal = refusal.take().expect("a refused future is polled once");
                 Poll::Ready(Ok(refusal.map(Either::Right)))
             }
-            GuardProjection::Inner { inner, uri } => {
-                let mut response = std::task::ready!(inner.poll(cx))?;
+            GuardProjection::Inner {
+                inner,
+                deadline,
+                uri,
+            } => {
+                let mut response = match inner.poll(cx) {
+                    Poll::Ready(response) => response?,
+                    Poll::Pending => {
+                        if let Some(deadline) = deadline.as_pin_mut() {
+                            std::task::ready!(deadline.poll(cx));
+                            return Poll::Ready(Ok(deadline_exceeded().map(Either::Right)));
+                        }
+                        return Poll::Pending;
+                    }
+                };
                 if let Some(uri) = uri.take() {
                     let headers = response.headers_mut();
                     let unimplemented = headers.get("grpc-status").is_some_and(|v| v == "12");

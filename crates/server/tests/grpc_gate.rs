@@ -45,14 +45,26 @@ async fn http2_post(
     content_type: &str,
     body: Vec<u8>,
 ) -> (u16, http::HeaderMap) {
+    http2_call(addr, path, content_type, None, body).await
+}
+
+async fn http2_call(
+    addr: std::net::SocketAddr,
+    path: &str,
+    content_type: &str,
+    grpc_timeout: Option<&str>,
+    body: Vec<u8>,
+) -> (u16, http::HeaderMap) {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (client, connection) = h2::client::handshake(tcp).await.unwrap();
     tokio::spawn(connection);
-    let request = http::Request::post(format!("http://{addr}{path}"))
+    let mut request = http::Request::post(format!("http://{addr}{path}"))
         .header("content-type", content_type)
-        .header("te", "trailers")
-        .body(())
-        .unwrap();
+        .header("te", "trailers");
+    if let Some(timeout) = grpc_timeout {
+        request = request.header("grpc-timeout", timeout);
+    }
+    let request = request.body(()).unwrap();
     let (response, mut send) = client
         .ready()
         .await
@@ -149,5 +161,73 @@ async fn only_grpc_reaches_the_grpc_services() {
         assert_eq!(headers["grpc-status"], "12", "{path}");
         assert_eq!(headers["grpc-message"], message, "{path}");
     }
+    m.stop().await;
+}
+
+/// gRPC framing of a message.
+fn framed(message: &impl Message) -> Vec<u8> {
+    let bytes = message.encode_to_vec();
+    let mut body = vec![0u8];
+    body.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    body.extend_from_slice(&bytes);
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_its_deadline_gets_deadline_exceeded_as_from_etcd() {
+    use api::v3lockpb::LockRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let (m, mut c) = member(dir.path(), |_| {}).await;
+    let addr = m.client_addrs()[0];
+    // A lock held by someone else: the second Lock waits past its deadline.
+    let holder = c.lease_grant(60, None).await.unwrap().id();
+    c.lock(
+        "l",
+        Some(etcd_client::LockOptions::new().with_lease(holder)),
+    )
+    .await
+    .unwrap();
+    let waiter = c.lease_grant(60, None).await.unwrap().id();
+    let request = framed(&LockRequest {
+        name: b"l".to_vec().into(),
+        lease: waiter,
+    });
+    let started = std::time::Instant::now();
+    let (status, headers) = http2_call(
+        addr,
+        "/v3lockpb.Lock/Lock",
+        "application/grpc",
+        Some("300m"),
+        request.clone(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["grpc-status"], "4", "{headers:?}");
+    assert_eq!(headers["grpc-message"], "context deadline exceeded");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(250));
+    // A deadline below the timer's resolution is exceeded at once.
+    let (_, headers) = http2_call(
+        addr,
+        "/v3lockpb.Lock/Lock",
+        "application/grpc",
+        Some("100u"),
+        request,
+    )
+    .await;
+    assert_eq!(headers["grpc-status"], "4", "{headers:?}");
+    // A call that ends in time is answered as usual.
+    let range = framed(&api::etcdserverpb::RangeRequest {
+        key: b"l".to_vec().into(),
+        ..Default::default()
+    });
+    let (_, headers) = http2_call(
+        addr,
+        "/etcdserverpb.KV/Range",
+        "application/grpc",
+        Some("5S"),
+        range,
+    )
+    .await;
+    assert_eq!(headers["grpc-status"], "0", "{headers:?}");
     m.stop().await;
 }

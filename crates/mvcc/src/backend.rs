@@ -48,7 +48,61 @@ pub const META_FINISHED_COMPACT_REV: &str = "finishedCompactRev";
 pub const META_SCHEDULED_COMPACT_REV: &str = "scheduledCompactRev";
 pub const META_FORMAT_VERSION: &str = "mvcc_format_version";
 /// Bumped on any incompatible change of the layout in the crate doc.
-pub const FORMAT_VERSION: u32 = 1;
+/// Version 2 seals every `key` record with a checksum; a version 1 file is
+/// upgraded in place when opened or restored ([`upgrade_format`]).
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The tag of a record's checksum: protobuf field 15, wire type 5
+/// (fixed32), so a sealed record is still a valid `mvccpb.KeyValue`
+/// encoding (decoders skip the unknown field).
+const CHECKSUM_TAG: u8 = (15 << 3) | 5;
+/// Bytes a seal adds to a record: the tag and a CRC-32 (IEEE, little-endian)
+/// of everything before it.
+pub const CHECKSUM_LEN: usize = 5;
+
+/// A `key` record as stored: the encoded KeyValue, then its checksum.
+pub fn seal(mut payload: Vec<u8>) -> Bytes {
+    let crc = crc32fast::hash(&payload);
+    payload.reserve_exact(CHECKSUM_LEN);
+    payload.push(CHECKSUM_TAG);
+    payload.extend_from_slice(&crc.to_le_bytes());
+    Bytes::from(payload)
+}
+
+/// The encoded KeyValue of a stored record, if its checksum holds. redb
+/// checks no checksum on reads, so without this a few overwritten bytes in
+/// the file would be served as the value (etcd has the same blind spot).
+pub fn unseal(record: &[u8]) -> Result<&[u8], ChecksumMismatch> {
+    let split = record
+        .len()
+        .checked_sub(CHECKSUM_LEN)
+        .ok_or(ChecksumMismatch)?;
+    let (payload, trailer) = record.split_at(split);
+    if trailer[0] != CHECKSUM_TAG || trailer[1..] != crc32fast::hash(payload).to_le_bytes() {
+        return Err(ChecksumMismatch);
+    }
+    Ok(payload)
+}
+
+/// [`unseal`] of a shared buffer, without copying.
+pub fn unseal_bytes(record: &Bytes) -> Result<Bytes, ChecksumMismatch> {
+    let len = unseal(record)?.len();
+    Ok(record.slice(..len))
+}
+
+/// A stored record whose bytes are not what was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChecksumMismatch;
+
+impl ChecksumMismatch {
+    /// The error naming the record.
+    pub fn at(self, revision: Revision) -> MvccError {
+        MvccError::Corrupt(format!(
+            "the record of revision {}/{} fails its checksum",
+            revision.main, revision.sub
+        ))
+    }
+}
 
 pub fn backend_error(err: impl std::fmt::Display) -> MvccError {
     MvccError::Backend(err.to_string())
@@ -143,21 +197,73 @@ pub fn open_database(path: &Path) -> Result<Database, MvccError> {
             .get(META_FORMAT_VERSION)
             .map_err(backend_error)?
             .map(|v| v.value().to_vec());
-        match existing {
-            None => {
-                meta.insert(META_FORMAT_VERSION, &FORMAT_VERSION.to_be_bytes()[..])
-                    .map_err(backend_error)?;
-            }
-            Some(v) if v == FORMAT_VERSION.to_be_bytes() => {}
-            Some(v) => {
-                return Err(MvccError::Corrupt(format!(
-                    "unsupported mvcc format version {v:?}"
-                )))
-            }
+        if existing.is_none() {
+            meta.insert(META_FORMAT_VERSION, &FORMAT_VERSION.to_be_bytes()[..])
+                .map_err(backend_error)?;
         }
     }
+    upgrade_format(&txn)?;
     txn.commit().map_err(backend_error)?;
     Ok(db)
+}
+
+/// Records resealed per step of an upgrade (bounds the memory it holds).
+const UPGRADE_CHUNK: usize = 10_000;
+
+/// Brings a file written in an older format (as recorded in meta) to
+/// [`FORMAT_VERSION`] inside `txn`: version 1 records get their checksum.
+/// Refuses a newer format.
+pub fn upgrade_format(txn: &redb::WriteTransaction) -> Result<(), MvccError> {
+    let mut meta = txn.open_table(META_TABLE).map_err(backend_error)?;
+    let version = match meta.get(META_FORMAT_VERSION).map_err(backend_error)? {
+        Some(v) => {
+            let bytes: [u8; 4] = v.value().try_into().map_err(|_| {
+                MvccError::Corrupt(format!("mvcc format version is {} bytes", v.value().len()))
+            })?;
+            u32::from_be_bytes(bytes)
+        }
+        None => FORMAT_VERSION,
+    };
+    if version == FORMAT_VERSION {
+        return Ok(());
+    }
+    if version != 1 {
+        return Err(MvccError::Corrupt(format!(
+            "unsupported mvcc format version {version} (this oxcd reads 1 and {FORMAT_VERSION})"
+        )));
+    }
+    let mut table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
+    let mut from: Option<Vec<u8>> = None;
+    let mut resealed = 0u64;
+    loop {
+        let chunk: Vec<(Vec<u8>, Vec<u8>)> = {
+            let rows = match &from {
+                Some(after) => table.range::<&[u8]>(after.as_slice()..),
+                None => table.range::<&[u8]>(..),
+            }
+            .map_err(backend_error)?;
+            rows.skip(usize::from(from.is_some()))
+                .take(UPGRADE_CHUNK)
+                .map(|row| row.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())))
+                .collect::<Result<_, _>>()
+                .map_err(backend_error)?
+        };
+        let Some((last, _)) = chunk.last() else { break };
+        from = Some(last.clone());
+        for (key, value) in chunk {
+            table
+                .insert(key.as_slice(), &seal(value)[..])
+                .map_err(backend_error)?;
+            resealed += 1;
+        }
+    }
+    meta.insert(META_FORMAT_VERSION, &FORMAT_VERSION.to_be_bytes()[..])
+        .map_err(backend_error)?;
+    tracing::info!(
+        records = resealed,
+        "mvcc: upgraded the backend format from 1 to {FORMAT_VERSION} (record checksums)"
+    );
+    Ok(())
 }
 
 fn meta_i64(value: &[u8], name: &str) -> Result<i64, MvccError> {
@@ -189,7 +295,8 @@ pub fn load(db: &Database) -> Result<Loaded, MvccError> {
     for entry in table.iter().map_err(backend_error)? {
         let (k, v) = entry.map_err(backend_error)?;
         let (revision, tombstone) = RevisionKey::parse(k.value())?;
-        let fields = scan_key_value(v.value())?;
+        let record = unseal(v.value()).map_err(|e| e.at(revision))?;
+        let fields = scan_key_value(record)?;
         current_revision = revision.main;
         if tombstone {
             // A tombstone of a key compacted away entirely is meaningless.

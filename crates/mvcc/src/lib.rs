@@ -36,9 +36,9 @@
 //! # Ok::<(), mvcc::MvccError>(())
 //! ```
 //!
-//! # On-disk layout (format version 1)
+//! # On-disk layout (format version 2)
 //!
-//! One redb 4 database with two tables.
+//! One redb 4 database with two tables (and the side tables below).
 //!
 //! Table `key` (`&[u8]` → `&[u8]`): one record per change.
 //!
@@ -49,10 +49,20 @@
 //! | 9..17 | sub revision, i64 big-endian (non-negative) |
 //! | 17 | only on deletions: `b't'` (tombstone mark; key is then 18 bytes) |
 //!
-//! Value: a protobuf `mvccpb.KeyValue` (prost encoding). A put stores the full
-//! KeyValue (key, create_revision, mod_revision, version, value, lease); a
-//! tombstone stores `KeyValue { key }` only. Byte order of the keys is
-//! revision order, so a scan of the table replays history.
+//! Value: a protobuf `mvccpb.KeyValue` (prost encoding), sealed: followed by
+//! 5 bytes, `0x7d` and the CRC-32 (IEEE, little-endian) of the encoding
+//! before it — protobuf field 15 as a fixed32, so the sealed record is still
+//! a valid KeyValue encoding. A put stores the full KeyValue (key,
+//! create_revision, mod_revision, version, value, lease); a tombstone stores
+//! `KeyValue { key }` only. Byte order of the keys is revision order, so a
+//! scan of the table replays history.
+//!
+//! Every read of a record checks its seal (redb checks no checksum on
+//! reads): a record whose bytes changed is refused with
+//! [`MvccError::Corrupt`] and reported to the
+//! [`Store::set_corruption_observer`] observer, never served; opening a
+//! file with such a record fails. Format 1 (the same without the seal) is
+//! upgraded in place when opened or installed as a snapshot.
 //!
 //! Table `meta` (`&str` → `&[u8]`):
 //!
@@ -61,7 +71,7 @@
 //! | `consistent_index` | u64 big-endian: last raft index whose effects the file holds |
 //! | `scheduledCompactRev` | i64 big-endian: last compaction requested |
 //! | `finishedCompactRev` | i64 big-endian: last compaction whose deletions are in the file |
-//! | `mvcc_format_version` | u32 big-endian: 1 |
+//! | `mvcc_format_version` | u32 big-endian: 2 |
 //!
 //! Side tables `members`, `lease` and `alarm` (`u64` → `&[u8]`, see
 //! [`SideTable`]) hold records the server encodes (a member, a
@@ -117,7 +127,7 @@ pub use backend::{scan_key_value, KeyValueFields, SideTable};
 pub use defrag::DefragStats;
 pub use revision::{Revision, RevisionKey};
 pub use stats::OpCounts;
-pub use store::{CommitObserver, LeaseLookup, Store};
+pub use store::{CommitObserver, CorruptionObserver, LeaseLookup, Store};
 pub use txn::{is_txn_read_only, TxnWrite, WriteResult};
 pub use watch::{
     WatchError, WatchId, WatchOptions, WatchResponse, WatchStream, AUTO_WATCH_ID, INVALID_WATCH_ID,
@@ -146,6 +156,8 @@ pub enum MvccError {
     Deferred,
 }
 
+#[cfg(test)]
+mod checksum_tests;
 #[cfg(test)]
 mod test_util;
 #[cfg(test)]

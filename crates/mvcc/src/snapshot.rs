@@ -106,6 +106,8 @@ impl Store {
             txn.delete_table(side.definition()).map_err(backend_error)?;
         }
         copy_all(&snapshot, &txn)?;
+        // A leader running an older format sends its own.
+        backend::upgrade_format(&txn)?;
         txn.commit().map_err(backend_error)?;
         drop(snapshot);
         drop(snapshot_db);

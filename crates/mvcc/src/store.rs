@@ -75,6 +75,7 @@ pub struct Store {
     pub(crate) watch: crate::watch::WatchHub,
     /// Told how long each backend commit took (metrics live above mvcc).
     commit_observer: std::sync::OnceLock<CommitObserver>,
+    corruption_observer: std::sync::OnceLock<CorruptionObserver>,
     /// Set while a defragmentation copies the file: commits are deferred.
     pub(crate) defragmenting: AtomicBool,
     /// Serializes defragmentation with backups and snapshot installs.
@@ -123,6 +124,7 @@ impl Store {
             size_in_use: AtomicI64::new(size),
             file_size: AtomicI64::new(size),
             commit_observer: std::sync::OnceLock::new(),
+            corruption_observer: std::sync::OnceLock::new(),
             lease_lookup: RwLock::new(None),
             loaded_leased_keys: Mutex::new(loaded.leased_keys),
             ops: Default::default(),
@@ -464,6 +466,8 @@ impl Store {
             (overlay, deleted, table)
         };
 
+        // The encoded KeyValues are hashed, not the sealed records: the hash
+        // does not depend on the file format, and it checks every record.
         let mut hasher = crc32fast::Hasher::new();
         hasher.update(b"key");
         let mut overlay = overlay.into_iter().peekable();
@@ -473,19 +477,19 @@ impl Store {
             while let Some((pending_key, value)) = overlay.next_if(|(pk, _)| pk.as_slice() <= key) {
                 if pending_key.as_slice() != key && !deleted.contains(&pending_key) {
                     hasher.update(pending_key.as_slice());
-                    hasher.update(&value);
+                    hasher.update(self.unseal_record(pending_key.revision(), &value)?);
                 }
             }
             let (parsed, tombstone) = RevisionKey::parse(key)?;
             if !deleted.contains(&RevisionKey::new(parsed, tombstone)) {
                 hasher.update(key);
-                hasher.update(v.value());
+                hasher.update(self.unseal_record(parsed, v.value())?);
             }
         }
         for (pending_key, value) in overlay {
             if !deleted.contains(&pending_key) {
                 hasher.update(pending_key.as_slice());
-                hasher.update(&value);
+                hasher.update(self.unseal_record(pending_key.revision(), &value)?);
             }
         }
         Ok((hasher.finalize(), compacted.max(0), hash_revision))
@@ -536,7 +540,7 @@ impl<'s> ValueReader<'s> {
                 let encoded = local(*revision)
                     .or_else(|| pending.records.get(revision).map(|(_, v)| v.clone()));
                 match encoded {
-                    Some(encoded) => kvs.push(Some(decode(encoded)?)),
+                    Some(encoded) => kvs.push(Some(self.store.decode_record(*revision, &encoded)?)),
                     None => {
                         kvs.push(None);
                         misses.push(i);
@@ -547,14 +551,11 @@ impl<'s> ValueReader<'s> {
         if !misses.is_empty() {
             for i in misses {
                 let key = RevisionKey::new(revisions[i], false);
-                let found = self
-                    .table()?
-                    .get(key.as_slice())
-                    .map_err(backend_error)?
-                    .map(|v| KeyValue::decode(v.value()));
+                let found = self.table()?.get(key.as_slice()).map_err(backend_error)?;
                 match found {
-                    Some(Ok(kv)) => kvs[i] = Some(kv),
-                    Some(Err(err)) => return Err(MvccError::Corrupt(err.to_string())),
+                    Some(record) => {
+                        kvs[i] = Some(self.store.decode_record(revisions[i], record.value())?)
+                    }
                     None => return Err(self.missing(revisions[i], read_revision)),
                 }
             }
@@ -572,6 +573,87 @@ impl<'s> ValueReader<'s> {
     }
 }
 
-fn decode(encoded: Bytes) -> Result<KeyValue, MvccError> {
-    KeyValue::decode(encoded).map_err(|e| MvccError::Corrupt(e.to_string()))
+impl Store {
+    /// The KeyValue a stored record holds; a record that fails its checksum
+    /// or does not decode is reported to the corruption observer and
+    /// refused, never served.
+    pub(crate) fn decode_record(
+        &self,
+        revision: Revision,
+        record: &[u8],
+    ) -> Result<KeyValue, MvccError> {
+        let payload = self.unseal_record(revision, record)?;
+        KeyValue::decode(payload).map_err(|e| {
+            self.damaged(MvccError::Corrupt(format!(
+                "the record of revision {}/{} does not decode: {e}",
+                revision.main, revision.sub
+            )))
+        })
+    }
+
+    /// The encoded KeyValue of a stored record, checked.
+    pub(crate) fn unseal_record<'r>(
+        &self,
+        revision: Revision,
+        record: &'r [u8],
+    ) -> Result<&'r [u8], MvccError> {
+        backend::unseal(record).map_err(|e| self.damaged(e.at(revision)))
+    }
+
+    /// [`Store::unseal_record`] of a shared buffer, without copying.
+    pub(crate) fn unseal_record_bytes(
+        &self,
+        revision: Revision,
+        record: &Bytes,
+    ) -> Result<Bytes, MvccError> {
+        backend::unseal_bytes(record).map_err(|e| self.damaged(e.at(revision)))
+    }
+
+    /// Tells the corruption observer, if any, and hands the error back.
+    pub(crate) fn damaged(&self, error: MvccError) -> MvccError {
+        if let Some(observer) = self.corruption_observer.get() {
+            observer(&error);
+        }
+        error
+    }
+
+    /// Replaces the first occurrence of `from` in the stored record of
+    /// `revision` (sub-revision 0) by `to`, bypassing its checksum: what a
+    /// bad disk or a stray write does. For tests of damaged data only; the
+    /// record must be committed.
+    #[doc(hidden)]
+    pub fn overwrite_stored_bytes_for_tests(&self, revision: i64, from: &[u8], to: &[u8]) {
+        use redb::ReadableTable as _;
+        assert_eq!(from.len(), to.len(), "a same-size overwrite");
+        let db = self.db();
+        let txn = db.begin_write().expect("write transaction");
+        {
+            let mut table = txn.open_table(KEY_TABLE).expect("key table");
+            let key = RevisionKey::new(Revision::new(revision, 0), false);
+            let mut record = table
+                .get(key.as_slice())
+                .expect("read")
+                .expect("the record is committed")
+                .value()
+                .to_vec();
+            let at = record
+                .windows(from.len())
+                .position(|w| w == from)
+                .expect("the bytes are in the record");
+            record[at..at + to.len()].copy_from_slice(to);
+            table
+                .insert(key.as_slice(), record.as_slice())
+                .expect("write");
+        }
+        txn.commit().expect("commit");
+    }
+
+    /// Called with every damaged record a read meets (the server raises
+    /// the CORRUPT alarm). Set once.
+    pub fn set_corruption_observer(&self, observer: CorruptionObserver) {
+        let _ = self.corruption_observer.set(observer);
+    }
 }
+
+/// Told of damaged data a read met: see [`Store::set_corruption_observer`].
+pub type CorruptionObserver = Arc<dyn Fn(&MvccError) + Send + Sync>;

@@ -217,7 +217,7 @@ impl<'s> TxnWrite<'s> {
                 lease,
             }
         };
-        let encoded = Bytes::from(kv.encode_to_vec());
+        let encoded = crate::backend::seal(kv.encode_to_vec());
         self.changes.push(Change {
             key,
             tombstone: false,
@@ -262,7 +262,7 @@ impl<'s> TxnWrite<'s> {
             self.changes.push(Change {
                 key: key.clone(),
                 tombstone: true,
-                encoded: Bytes::from(record.encode_to_vec()),
+                encoded: crate::backend::seal(record.encode_to_vec()),
                 event: Event {
                     r#type: EventType::Delete as i32,
                     kv: Some(KeyValue {

@@ -282,15 +282,21 @@ impl Store {
                 if next_redb.as_ref().is_some_and(|(rr, _, _)| *rr == revision) {
                     continue; // committed meanwhile: the redb copy follows
                 }
-                if !deleted.contains(&revision) && !history.add(revision, tombstone, &value)? {
-                    return Ok(history.finish());
+                if !deleted.contains(&revision) {
+                    let value = self.unseal_record_bytes(revision, &value)?;
+                    if !history.add(revision, tombstone, &value)? {
+                        return Ok(history.finish());
+                    }
                 }
             }
             let Some((revision, tombstone, value)) = next_redb else {
                 break;
             };
-            if !deleted.contains(&revision) && !history.add(revision, tombstone, &value)? {
-                return Ok(history.finish());
+            if !deleted.contains(&revision) {
+                let value = self.unseal_record_bytes(revision, &value)?;
+                if !history.add(revision, tombstone, &value)? {
+                    return Ok(history.finish());
+                }
             }
         }
         Ok(history.finish())
@@ -321,6 +327,7 @@ impl<F: Fn(&[u8]) -> bool> History<F> {
     }
 
     /// Returns false when the limits end the read before `revision`.
+    /// `value` is the record's encoded KeyValue (unsealed).
     fn add(
         &mut self,
         revision: Revision,

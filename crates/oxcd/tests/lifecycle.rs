@@ -283,51 +283,87 @@ fn a_committed_entry_that_cannot_be_applied_stops_the_member_and_is_never_skippe
     }
 }
 
+/// Starts oxcd on `dir` and waits a few seconds: Some(exit status and the
+/// last log line) if it refused to start, None if it started (then killed).
+fn start_on_damaged(dir: &Path) -> Option<(i32, String)> {
+    let mut p = Process::launch_oxcd(&testkit::oxcd_bin(), dir, &[]);
+    let status = p.wait_exit(Duration::from_secs(5));
+    let log = p.log_text();
+    assert!(!log.contains("panicked"), "a panic:\n{log}");
+    let last = p.log_lines().last().cloned().unwrap_or_default();
+    status.map(|s| (s.code().unwrap_or(-1), last))
+}
+
 #[test]
 fn a_damaged_backend_file_is_refused_with_a_message_naming_it_never_a_panic() {
     let dir = tempfile::tempdir().unwrap();
-    let mut m = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
-    for i in 0..300 {
-        let value = format!("value-{i}-{}", "x".repeat(300));
-        assert!(etcdctl(m.host_port(), &["put", &format!("key{i:03}"), &value]).0);
-    }
+    let m = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mut c = etcd_client::Client::connect([m.endpoint.clone()], None)
+            .await
+            .unwrap();
+        for i in 0..300 {
+            let value = format!("value-{i}-{}", "x".repeat(300));
+            c.put(format!("key{i:03}"), value, None).await.unwrap();
+        }
+    });
+    let mut m = m;
     assert!(m
         .terminate(Duration::from_secs(20))
         .is_some_and(|s| s.success()));
     let db = dir.path().join("member/snap/db");
     let original = fs::read(&db).unwrap();
     let len = original.len();
-    let mut refused = 0;
-    // 64 bytes overwritten: in the first page, in pages holding the tree and
-    // its values, near the end.
+    let names_the_file = |last: &str| last.contains(db.to_str().unwrap());
+
+    // 64 bytes overwritten anywhere: in the first page (magic), in tree
+    // pages, or in free space (harmless): never a panic, and a refusal
+    // names the file.
     for offset in [0, 4096, len / 3, len / 2, 2 * len / 3, len - 8192] {
         let mut damaged = original.clone();
         for (i, b) in damaged[offset..offset + 64].iter_mut().enumerate() {
             *b = (i as u8).wrapping_mul(37) ^ 0xa5;
         }
         fs::write(&db, &damaged).unwrap();
-        // One that opens anyway starts serving: it is stopped (killed) at
-        // the deadline and counted as not refused.
-        let mut p = Process::launch_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
-        let status = p.wait_exit(Duration::from_secs(5));
-        let log = p.log_text();
-        assert!(
-            !log.contains("panicked"),
-            "offset {offset}: a panic:\n{log}"
-        );
-        if let Some(status) = status {
-            assert_eq!(status.code(), Some(1), "offset {offset}:\n{log}");
-            refused += 1;
-            let last = p.log_lines().last().cloned().unwrap_or_default();
-            assert!(
-                last.contains(db.to_str().unwrap()),
-                "offset {offset}: the message does not name the file: {last}"
-            );
+        match start_on_damaged(dir.path()) {
+            Some((code, last)) => {
+                assert_eq!(code, 1, "offset {offset}: {last}");
+                assert!(names_the_file(&last), "offset {offset}: {last}");
+            }
+            None => assert_ne!(offset, 0, "a file without redb's magic started"),
         }
     }
-    assert!(
-        refused >= 4,
-        "only {refused} of 6 damaged files were refused"
-    );
+
+    // 10 bytes of a stored value overwritten (etcd serves such a value):
+    // the record's checksum refuses the file. Every copy of the value is
+    // damaged (copy-on-write leaves stale ones in free pages).
+    for key in [10, 150, 299] {
+        let marker = format!("value-{key}-");
+        let mut damaged = original.clone();
+        let mut copies = 0;
+        let mut at = 0;
+        while let Some(found) = damaged[at..]
+            .windows(marker.len())
+            .position(|w| w == marker.as_bytes())
+        {
+            let start = at + found;
+            damaged[start..start + 10].copy_from_slice(b"0123456789");
+            copies += 1;
+            at = start + 10;
+        }
+        assert!(copies > 0, "{marker} is not in the file");
+        fs::write(&db, &damaged).unwrap();
+        let (code, last) = start_on_damaged(dir.path()).expect("a damaged value is refused");
+        assert_eq!(code, 1, "{last}");
+        assert!(
+            names_the_file(&last) && last.contains("fails its checksum"),
+            "{last}"
+        );
+    }
+
     fs::write(&db, &original).unwrap();
+    let m = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
+    let (ok, out) = etcdctl(m.host_port(), &["get", "key150", "--print-value-only"]);
+    assert!(ok && out.starts_with("value-150-"), "{out}");
 }

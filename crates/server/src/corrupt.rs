@@ -9,6 +9,10 @@
 //! * Periodic (`--experimental-corrupt-check-time`): the leader compares its
 //!   hash with its followers' and raises the CORRUPT alarm (through raft)
 //!   for a member that disagrees; every member then refuses writes.
+//! * Damaged reads (beyond etcd): every stored record carries a checksum
+//!   (see mvcc); a read that meets a record whose bytes changed is refused
+//!   ("etcdserver: corrupt cluster") and this member raises the CORRUPT
+//!   alarm for itself ([`raise_on_damaged_reads`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -227,4 +231,57 @@ impl MaintenancePeer for MaintenancePeerService {
             hash_revision,
         }))
     }
+}
+
+/// Raises the CORRUPT alarm for this member, through raft, when a read
+/// meets a damaged record (mvcc's corruption observer). Once raised it
+/// stays (the alarm is persisted) until an operator disarms it; a later
+/// damaged read raises it again.
+pub fn raise_on_damaged_reads(
+    server: &Arc<EtcdServer>,
+    mut shutdown: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let damaged = Arc::new(tokio::sync::Notify::new());
+    let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    {
+        let damaged = damaged.clone();
+        server.store.set_corruption_observer(Arc::new(move |e| {
+            // every read of a damaged key meets it: log the first of each
+            // power of two
+            let count = seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            if count.is_power_of_two() {
+                tracing::error!(error = %e, "damaged-reads" = count, "the backend holds damaged data");
+            }
+            damaged.notify_one();
+        }));
+    }
+    let server = Arc::downgrade(server);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = damaged.notified() => {}
+                _ = shutdown.wait_for(|stop| *stop) => return,
+            }
+            let Some(server) = server.upgrade() else {
+                return;
+            };
+            let me = server.member.id;
+            let raised = server
+                .alarms
+                .get(AlarmType::Corrupt as i32)
+                .iter()
+                .any(|a| a.member_id == me);
+            if raised {
+                continue;
+            }
+            let raise = AlarmRequest {
+                action: AlarmAction::Activate as i32,
+                member_id: me,
+                alarm: AlarmType::Corrupt as i32,
+            };
+            if let Err(e) = server.alarm(raise).await {
+                tracing::warn!(error = %e, "failed to raise the CORRUPT alarm for damaged data; retrying at the next damaged read");
+            }
+        }
+    })
 }

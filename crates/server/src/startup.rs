@@ -604,6 +604,10 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         )));
         tracing::info!(address = %local, "serving metrics");
     }
+    serving.push(crate::corrupt::raise_on_damaged_reads(
+        &server,
+        shutdown_rx.clone(),
+    ));
     tokio::spawn(announce_when_ready(server.clone()));
     serving.push(tokio::spawn(lease::driver::run_primacy(
         server.clone(),

@@ -527,3 +527,39 @@ fn gateway_election_and_lock_match_etcd_3_4() {
         "election answers differ\n--- etcd:\n{want}\n--- oxcd:\n{got}"
     );
 }
+
+/// A txn `levels` deep in the gateway's JSON, one op a level, a put of
+/// `key` at the bottom.
+fn json_txn_chain(levels: usize, key: &str) -> String {
+    let key = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, key);
+    let mut txn = format!(r#"{{"success":[{{"request_put":{{"key":"{key}","value":"dg=="}}}}]}}"#);
+    for _ in 1..levels {
+        txn = format!(r#"{{"success":[{{"request_txn":{txn}}}]}}"#);
+    }
+    txn
+}
+
+#[test]
+fn gateway_nested_txns_follow_etcds_op_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let oxcd = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
+    let endpoint = oxcd.endpoint.as_str();
+    // serde_json's own limit (128 levels of JSON) stopped at 42 txn levels.
+    let (status, body) = answer(endpoint, "/v3/kv/txn", &json_txn_chain(128, "deep"));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""succeeded":true"#), "{body}");
+    let (status, body) = answer(endpoint, "/v3/kv/txn", &json_txn_chain(129, "deeper"));
+    let too_many = "etcdserver: too many operations in txn request";
+    assert_eq!(
+        (status, body),
+        (
+            400,
+            format!(r#"{{"error":"{too_many}","code":3,"message":"{too_many}"}}"#)
+        )
+    );
+    // Far past anything the decoder takes: refused before it is parsed.
+    let (status, body) = answer(endpoint, "/v3/kv/txn", &"[".repeat(100_000));
+    assert_eq!(status, 400, "{body}");
+    let (_, body) = answer(endpoint, "/v3/kv/range", r#"{"key":"ZGVlcA=="}"#);
+    assert!(body.contains(r#""count":"1""#), "{body}");
+}

@@ -10,6 +10,41 @@ use base64::Engine;
 use serde_json::{Map, Value};
 use tonic::Status;
 
+/// The deepest JSON a unary request may nest: a txn level is three (the
+/// txn object, its `success` array, the op object), so this admits txns as
+/// deep as the gRPC decoder does (`api::codec::MAX_TXN_DEPTH`), where
+/// serde_json's default limit (128) stopped at 42 levels. Past it the body
+/// is refused before it is parsed, which bounds the parser's recursion.
+pub const MAX_DEPTH: usize = 3 * api::codec::MAX_TXN_DEPTH + 8;
+
+/// How deeply `body` nests objects and arrays (strings skipped; a body that
+/// is not JSON is measured all the same and refused later by the parser).
+pub fn nesting_depth(body: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in body {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// A protobuf enum: its full name (which jsonpb's errors give) and the
 /// names of its values, by number.
 pub struct EnumType {
@@ -404,6 +439,17 @@ fn json_kind(value: &Value) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn nesting_depth_counts_objects_and_arrays_outside_strings() {
+        use super::nesting_depth;
+        assert_eq!(nesting_depth(b"{}"), 1);
+        assert_eq!(nesting_depth(br#"{"a":[{"b":"[[[{{"}]}"#), 3);
+        assert_eq!(nesting_depth(br#"{"a":"\"[[[["}"#), 1);
+        assert_eq!(nesting_depth(b"not json"), 0);
+        let deep = "[".repeat(10_000);
+        assert_eq!(nesting_depth(deep.as_bytes()), 10_000);
+    }
+
     use super::*;
 
     const EVENT: EnumType = EnumType {

@@ -295,10 +295,13 @@ pub async fn serve_route(
     // grpc-gateway decodes the body's first JSON value (what follows it is
     // not read), takes an empty body as an empty request, and answers
     // InvalidArgument to a body that is not JSON.
-    let value = match serde_json::Deserializer::from_slice(&body)
-        .into_iter()
-        .next()
-    {
+    if json::nesting_depth(&body) > json::MAX_DEPTH {
+        // deeper than any txn the gRPC decoder takes (etcd's budget refuses it)
+        return error_response(&api::rpctypes::TOO_MANY_OPS.status());
+    }
+    let mut deserializer = serde_json::Deserializer::from_slice(&body);
+    deserializer.disable_recursion_limit();
+    let value = match deserializer.into_iter().next() {
         None => Value::Null,
         Some(Ok(value)) => value,
         Some(Err(e)) => {

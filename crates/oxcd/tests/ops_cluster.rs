@@ -122,16 +122,33 @@ async fn hashes_agree_across_members_and_defrag_cluster_keeps_them() {
     assert_eq!(hashes(revision).await, before, "defrag changed the data");
 }
 
-/// Flips a byte of every copy of `needle` in a stopped member's backend
-/// file: data corruption that the file format itself does not notice.
-fn flip_bytes_in_db(db: &std::path::Path, needle: &[u8]) -> usize {
+/// Flips a byte of every copy of the value `needle` (the value of `key`)
+/// in a stopped member's backend file. `reseal`: and recomputes the
+/// record's checksum, as a bug that stored a different value would (the
+/// divergence only the cross-member hash checks see); without it, damage
+/// that the record checksum catches.
+fn flip_bytes_in_db(db: &std::path::Path, key: &[u8], needle: &[u8], reseal: bool) -> usize {
     let mut bytes = std::fs::read(db).unwrap();
     let mut flipped = 0;
     let mut at = 0;
     while let Some(pos) = bytes[at..].windows(needle.len()).position(|w| w == needle) {
-        bytes[at + pos] ^= 0x20;
+        let pos = at + pos;
+        bytes[pos] ^= 0x20;
         flipped += 1;
-        at += pos + needle.len();
+        at = pos + needle.len();
+        if reseal {
+            // A record: KeyValue fields (key first: 0x0a, length, key), the
+            // value last, then 0x7d and the CRC-32 of everything before.
+            let mut head = vec![0x0a, key.len() as u8];
+            head.extend_from_slice(key);
+            let start = bytes[..pos]
+                .windows(head.len())
+                .rposition(|w| w == head.as_slice())
+                .expect("the record's key precedes its value");
+            assert_eq!(bytes[at], 0x7d, "a sealed record");
+            let crc = crc32fast::hash(&bytes[start..at]);
+            bytes[at + 1..at + 5].copy_from_slice(&crc.to_le_bytes());
+        }
     }
     std::fs::write(db, bytes).unwrap();
     flipped
@@ -175,9 +192,25 @@ async fn corrupted_member_is_refused_at_start_and_flagged_by_the_leader() {
     }
     cluster.stop(victim);
     let db = cluster.data_dir(victim).join("member/snap/db");
-    assert!(flip_bytes_in_db(&db, b"precious-value-0007") > 0);
+    let original = std::fs::read(&db).unwrap();
 
-    // With the initial check it refuses to start.
+    // Damage the record checksum catches: refused at start, with or
+    // without the initial check, naming the file and the record.
+    assert!(flip_bytes_in_db(&db, b"c/7", b"precious-value-0007", false) > 0);
+    let p = cluster.spawn_with(victim, &[]);
+    let status = p.wait_exit(Duration::from_secs(30));
+    let log = p.log_text();
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "a damaged member started: {log}"
+    );
+    assert!(log.contains("fails its checksum"), "{log}");
+    cluster.members[victim] = None;
+
+    // A divergent but well-formed record (a bug, not the disk): with the
+    // initial check it refuses to start.
+    std::fs::write(&db, &original).unwrap();
+    assert!(flip_bytes_in_db(&db, b"c/7", b"precious-value-0007", true) > 0);
     let p = cluster.spawn_with(victim, &["--experimental-initial-corrupt-check"]);
     let status = p.wait_exit(Duration::from_secs(30));
     let log = p.log_text();

@@ -635,7 +635,11 @@ struct LinkBytes<'a> {
     held: usize,
 }
 
-impl LinkBytes<'_> {
+impl<'a> LinkBytes<'a> {
+    fn new(total: &'a AtomicUsize) -> Self {
+        LinkBytes { total, held: 0 }
+    }
+
     fn take(&mut self, bytes: usize) -> Result<(), LinkError> {
         let before = self.total.fetch_add(bytes, Ordering::AcqRel);
         if before + bytes > MAX_RAFT_LINK_BUFFERED_BYTES {
@@ -747,10 +751,7 @@ impl PeerTransport {
     ) -> Result<(), LinkError> {
         let mut payload = Vec::new();
         loop {
-            let mut budget = LinkBytes {
-                total: &self.link_bytes,
-                held: 0,
-            };
+            let mut budget = LinkBytes::new(&self.link_bytes);
             if !read_frame(reader, &mut payload, &mut budget).await? {
                 return Ok(()); // closed
             }
@@ -940,18 +941,26 @@ mod tests {
         len.to_le_bytes().to_vec()
     }
 
+    /// A link whose peer sent a frame header declaring `len` bytes and
+    /// then `sent` of them (the writing end is returned: dropping it closes
+    /// the link).
+    async fn link_with(
+        len: u32,
+        sent: usize,
+    ) -> (tokio::io::DuplexStream, tokio::io::DuplexStream) {
+        let (mut tx, rx) = tokio::io::duplex(1 << 20);
+        let mut bytes = frame_header(len);
+        bytes.extend(std::iter::repeat_n(9u8, sent));
+        tx.write_all(&bytes).await.unwrap();
+        (tx, rx)
+    }
+
     #[tokio::test]
     async fn a_frame_grows_with_the_bytes_received_not_its_declared_length() {
         let total = AtomicUsize::new(0);
-        let (mut tx, mut rx) = tokio::io::duplex(1 << 20);
-        let mut bytes = frame_header(40 << 20);
-        bytes.extend_from_slice(&[1u8; 1000]);
-        tx.write_all(&bytes).await.unwrap();
+        let (_tx, mut rx) = link_with(40 << 20, 1000).await;
         let mut payload = Vec::new();
-        let mut budget = LinkBytes {
-            total: &total,
-            held: 0,
-        };
+        let mut budget = LinkBytes::new(&total);
         let read = read_frame(&mut rx, &mut payload, &mut budget);
         let outcome = tokio::time::timeout(Duration::from_millis(200), read).await;
         assert!(outcome.is_err(), "the frame is incomplete: still reading");
@@ -967,26 +976,17 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_frame_that_stalls_closes_its_link_and_releases_its_bytes() {
         let total = AtomicUsize::new(0);
-        let (mut tx, mut rx) = tokio::io::duplex(1 << 20);
-        let mut bytes = frame_header(1000);
-        bytes.extend_from_slice(&[1u8; 10]);
-        tx.write_all(&bytes).await.unwrap();
+        let (_tx, mut rx) = link_with(1000, 10).await;
         let mut payload = Vec::new();
         {
-            let mut budget = LinkBytes {
-                total: &total,
-                held: 0,
-            };
+            let mut budget = LinkBytes::new(&total);
             let result = read_frame(&mut rx, &mut payload, &mut budget).await;
             assert!(matches!(result, Err(LinkError::Stalled)), "{result:?}");
         }
         assert_eq!(total.load(Ordering::Acquire), 0);
         // Between frames a link may idle as long as it likes.
         let (_idle_tx, mut idle_rx) = tokio::io::duplex(64);
-        let mut budget = LinkBytes {
-            total: &total,
-            held: 0,
-        };
+        let mut budget = LinkBytes::new(&total);
         let idle = read_frame(&mut idle_rx, &mut payload, &mut budget);
         assert!(tokio::time::timeout(FRAME_STALL_TIMEOUT * 10, idle)
             .await
@@ -997,15 +997,9 @@ mod tests {
     async fn frames_are_held_to_the_links_byte_budget_and_their_size_limit() {
         // Other links already hold nearly the whole budget.
         let total = AtomicUsize::new(MAX_RAFT_LINK_BUFFERED_BYTES - 100);
-        let (mut tx, mut rx) = tokio::io::duplex(1 << 20);
-        let mut bytes = frame_header(1000);
-        bytes.extend_from_slice(&[1u8; 1000]);
-        tx.write_all(&bytes).await.unwrap();
+        let (_tx, mut rx) = link_with(1000, 1000).await;
         let mut payload = Vec::new();
-        let mut budget = LinkBytes {
-            total: &total,
-            held: 0,
-        };
+        let mut budget = LinkBytes::new(&total);
         let result = read_frame(&mut rx, &mut payload, &mut budget).await;
         assert!(matches!(result, Err(LinkError::OverBudget)), "{result:?}");
         drop(budget);
@@ -1015,26 +1009,14 @@ mod tests {
         );
 
         let total = AtomicUsize::new(0);
-        let (mut tx, mut rx) = tokio::io::duplex(1 << 20);
-        tx.write_all(&frame_header(MAX_PEER_MESSAGE_BYTES as u32 + 1))
-            .await
-            .unwrap();
-        let mut budget = LinkBytes {
-            total: &total,
-            held: 0,
-        };
+        let (_tx, mut rx) = link_with(MAX_PEER_MESSAGE_BYTES as u32 + 1, 0).await;
+        let mut budget = LinkBytes::new(&total);
         let result = read_frame(&mut rx, &mut payload, &mut budget).await;
         assert!(matches!(result, Err(LinkError::TooLarge(_))), "{result:?}");
         // A complete frame is read whole and its bytes are charged until dropped.
-        let (mut tx, mut rx) = tokio::io::duplex(1 << 20);
-        let mut bytes = frame_header(100_000);
-        bytes.extend_from_slice(&[9u8; 100_000]);
-        tx.write_all(&bytes).await.unwrap();
+        let (tx, mut rx) = link_with(100_000, 100_000).await;
         drop(tx);
-        let mut budget = LinkBytes {
-            total: &total,
-            held: 0,
-        };
+        let mut budget = LinkBytes::new(&total);
         assert!(read_frame(&mut rx, &mut payload, &mut budget)
             .await
             .unwrap());
@@ -1043,10 +1025,7 @@ mod tests {
         drop(budget);
         assert_eq!(total.load(Ordering::Acquire), 0);
         // Then the link closes between frames: not an error.
-        let mut budget = LinkBytes {
-            total: &total,
-            held: 0,
-        };
+        let mut budget = LinkBytes::new(&total);
         assert!(!read_frame(&mut rx, &mut payload, &mut budget)
             .await
             .unwrap());

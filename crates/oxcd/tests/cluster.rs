@@ -308,6 +308,19 @@ async fn a_member_behind_the_leaders_compacted_log_rejoins_by_snapshot() {
     assert!(format!("{compacted}").contains("required revision has been compacted"));
 }
 
+/// A watch on `prefix` from `start`, on one member.
+async fn watch_prefix(endpoint: &str, prefix: &str, start: i64) -> etcd_client::WatchStream {
+    use etcd_client::WatchOptions;
+    let mut watcher = client(&[endpoint.to_string()]).await;
+    watcher
+        .watch(
+            prefix,
+            Some(WatchOptions::new().with_prefix().with_start_revision(start)),
+        )
+        .await
+        .unwrap()
+}
+
 /// Receives events until `want` PUTs arrived or the stream breaks; returns
 /// the (revision, key) of each, and the last revision seen.
 async fn collect_events(
@@ -361,14 +374,7 @@ async fn watch_resumes_on_another_member_without_gap_or_duplicate() {
         }
         last
     });
-    let mut watcher = client(&[cluster.endpoint(watched)]).await;
-    let mut stream = watcher
-        .watch(
-            "w/",
-            Some(WatchOptions::new().with_prefix().with_start_revision(start)),
-        )
-        .await
-        .unwrap();
+    let mut stream = watch_prefix(&cluster.endpoint(watched), "w/", start).await;
     let mut seen = Vec::new();
     assert!(
         collect_events(&mut stream, &mut seen, TOTAL / 3).await,
@@ -413,7 +419,6 @@ async fn watch_resumes_on_another_member_without_gap_or_duplicate() {
 /// (etcd's watchableStore.Restore moves them to unsynced).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_on_a_follower_never_skips_a_revision_across_a_snapshot_install() {
-    use etcd_client::WatchOptions;
     const BEFORE: usize = 50;
     // More entries than the leader keeps in flight to one follower (512
     // MsgApps, which the paused member's socket would buffer and deliver).
@@ -436,14 +441,7 @@ async fn watch_on_a_follower_never_skips_a_revision_across_a_snapshot_install() 
         .header()
         .unwrap()
         .revision();
-    let mut watcher = client(&[cluster.endpoint(watched)]).await;
-    let mut stream = watcher
-        .watch(
-            "w/",
-            Some(WatchOptions::new().with_prefix().with_start_revision(start)),
-        )
-        .await
-        .unwrap();
+    let mut stream = watch_prefix(&cluster.endpoint(watched), "w/", start).await;
     let mut seen = Vec::new();
     let put_range = |c: &mut etcd_client::Client, from: usize, to: usize| {
         let mut c = c.clone();

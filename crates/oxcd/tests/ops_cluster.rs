@@ -154,6 +154,19 @@ fn flip_bytes_in_db(db: &std::path::Path, key: &[u8], needle: &[u8], reseal: boo
     flipped
 }
 
+/// Starts member `i` with `flags`, which must refuse to start; its log.
+fn refused_start(cluster: &mut Cluster, i: usize, flags: &[&str]) -> String {
+    let p = cluster.spawn_with(i, flags);
+    let status = p.wait_exit(Duration::from_secs(30));
+    let log = p.log_text();
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "a corrupted member started: {log}"
+    );
+    cluster.members[i] = None;
+    log
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corrupted_member_is_refused_at_start_and_flagged_by_the_leader() {
     let mut cluster = Cluster::start(3, &["--experimental-corrupt-check-time=1s"]);
@@ -197,29 +210,19 @@ async fn corrupted_member_is_refused_at_start_and_flagged_by_the_leader() {
     // Damage the record checksum catches: refused at start, with or
     // without the initial check, naming the file and the record.
     assert!(flip_bytes_in_db(&db, b"c/7", b"precious-value-0007", false) > 0);
-    let p = cluster.spawn_with(victim, &[]);
-    let status = p.wait_exit(Duration::from_secs(30));
-    let log = p.log_text();
-    assert!(
-        status.is_some_and(|s| !s.success()),
-        "a damaged member started: {log}"
-    );
+    let log = refused_start(&mut cluster, victim, &[]);
     assert!(log.contains("fails its checksum"), "{log}");
-    cluster.members[victim] = None;
 
     // A divergent but well-formed record (a bug, not the disk): with the
     // initial check it refuses to start.
     std::fs::write(&db, &original).unwrap();
     assert!(flip_bytes_in_db(&db, b"c/7", b"precious-value-0007", true) > 0);
-    let p = cluster.spawn_with(victim, &["--experimental-initial-corrupt-check"]);
-    let status = p.wait_exit(Duration::from_secs(30));
-    let log = p.log_text();
-    assert!(
-        status.is_some_and(|s| !s.success()),
-        "a corrupted member started: {log}"
+    let log = refused_start(
+        &mut cluster,
+        victim,
+        &["--experimental-initial-corrupt-check"],
     );
     assert!(log.contains("found data inconsistency with peers"), "{log}");
-    cluster.members[victim] = None;
 
     // Without it, it starts, and the leader's periodic check raises CORRUPT
     // for it; then every member refuses writes.

@@ -325,7 +325,7 @@ pub struct Builder {
     max_send_buffer_size: usize,
 
     /// Maximum number of locally reset streams to keep at a time.
-    reset_stream_max: usize,
+    reset_stream_max: Option<usize>,
 
     /// Maximum number of remotely reset streams to allow in the pending
     /// accept queue.
@@ -661,7 +661,7 @@ impl Builder {
         Builder {
             max_send_buffer_size: proto::DEFAULT_MAX_SEND_BUFFER_SIZE,
             reset_stream_duration: Duration::from_secs(proto::DEFAULT_RESET_STREAM_SECS),
-            reset_stream_max: proto::DEFAULT_RESET_STREAM_MAX,
+            reset_stream_max: None,
             pending_accept_reset_stream_max: proto::DEFAULT_REMOTE_RESET_STREAM_MAX,
             initial_target_connection_window_size: None,
             initial_max_send_streams: usize::MAX,
@@ -930,7 +930,11 @@ impl Builder {
     /// received for that stream will result in a connection level protocol
     /// error, forcing the connection to terminate.
     ///
-    /// The default value is currently 50.
+    /// If unset, this limit currently defaults to a value based on the
+    /// configured [maximum concurrent streams], or a larger fixed value
+    /// if that setting is also unset.
+    ///
+    /// [maximum concurrent streams]: Self::max_concurrent_streams
     ///
     /// # Examples
     ///
@@ -953,7 +957,7 @@ impl Builder {
     /// # pub fn main() {}
     /// ```
     pub fn max_concurrent_reset_streams(&mut self, max: usize) -> &mut Self {
-        self.reset_stream_max = max;
+        self.reset_stream_max = Some(max);
         self
     }
 
@@ -975,7 +979,7 @@ impl Builder {
     /// received for that stream will result in a connection level protocol
     /// error, forcing the connection to terminate.
     ///
-    /// The default value is currently 1 second.
+    /// The default value is currently 5 seconds.
     ///
     /// # Examples
     ///
@@ -1161,8 +1165,10 @@ impl Builder {
     ///
     /// Small DATA frames consume this budget. The budget is restored when
     /// buffered frames are consumed by the application, while sufficiently
-    /// large frames may also restore budget. Empty DATA frames are limited
-    /// separately and do not consume this budget.
+    /// large frames may also restore budget. Each stream starts with an
+    /// allowance for one empty DATA frame without END_STREAM. Receiving
+    /// nonempty DATA for delivery restores that allowance. Additional empty
+    /// frames count toward a separate connection-wide limit.
     ///
     /// When this budget is exhausted, the connection is closed with
     /// `ENHANCE_YOUR_CALM`.

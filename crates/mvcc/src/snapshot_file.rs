@@ -424,8 +424,35 @@ impl StorageBackend for BoundedFile {
     // mode without locking, and the view is private to one reader anyway.
 }
 
+/// go-humanize's Bytes (SI units), as etcd logs and etcdutl print sizes.
+pub fn humanize_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 7] = ["B", "kB", "MB", "GB", "TB", "PB", "EB"];
+    if bytes < 10 {
+        return format!("{bytes} B");
+    }
+    let exponent = ((bytes as f64).ln() / 1000f64.ln()).floor() as usize;
+    let exponent = exponent.min(UNITS.len() - 1);
+    let value = ((bytes as f64) / 1000f64.powi(exponent as i32) * 10.0 + 0.5).floor() / 10.0;
+    if value < 10.0 {
+        format!("{value:.1} {}", UNITS[exponent])
+    } else {
+        format!("{value:.0} {}", UNITS[exponent])
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sizes_print_as_go_humanize_prints_them() {
+        use super::humanize_bytes;
+        assert_eq!(humanize_bytes(0), "0 B");
+        assert_eq!(humanize_bytes(9), "9 B");
+        assert_eq!(humanize_bytes(24576), "25 kB");
+        assert_eq!(humanize_bytes(2_097_152), "2.1 MB");
+        assert_eq!(humanize_bytes(1000), "1.0 kB");
+        assert_eq!(humanize_bytes(999_999), "1000 kB");
+    }
+
     use api::etcdserverpb::RangeRequest;
 
     use super::*;

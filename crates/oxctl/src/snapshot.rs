@@ -22,9 +22,9 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use mvcc::snapshot_file::humanize_bytes;
 use mvcc::snapshot_file::{SnapshotFile, SnapshotStatus};
-use server::membership::{self, Member};
-use server::v3rpc::snapshot_stream::humanize_bytes;
+use schema::members::{self as membership, Member};
 
 use crate::{CliError, OutputFormat};
 
@@ -213,7 +213,7 @@ fn write_data_dir(
     }
     let records: Vec<(u64, Vec<u8>)> = members
         .iter()
-        .map(|m| (m.id, membership::encode_member(m)))
+        .map(|m| (m.id, membership::encode(m)))
         .collect();
     let summary = snapshot.restore_to(&snap_dir.join("db"), &records)?;
     let voters: Vec<u64> = members.iter().map(|m| m.id).collect();

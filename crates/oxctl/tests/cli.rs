@@ -57,7 +57,7 @@ fn snapshot_status_prints_etcdutls_four_formats() {
     // 3 key records, 2 meta (consistent index, format version), 1 member, 1 lease.
     assert_eq!(status.total_key, 7);
     let hash = format!("{:x}", status.hash);
-    let size = server::v3rpc::snapshot_stream::humanize_bytes(status.total_size);
+    let size = mvcc::snapshot_file::humanize_bytes(status.total_size);
 
     assert_eq!(
         stdout(&oxctl(&["snapshot", "status", p])),
@@ -153,13 +153,13 @@ fn restore_writes_a_new_members_db_and_wal() {
     ]);
     stdout(&out);
     let ids: Vec<u64> = (1..=3)
-        .map(|i| server::membership::member_id(&[format!("http://10.0.0.{i}:2380")], "tok"))
+        .map(|i| schema::members::member_id(&[format!("http://10.0.0.{i}:2380")], "tok"))
         .collect();
     let meta = consensus::wal::Wal::read_metadata(&data.join("member/wal"))
         .unwrap()
         .expect("a WAL");
     assert_eq!(meta.node_id, ids[1]);
-    assert_eq!(meta.cluster_id, server::membership::cluster_id(&ids));
+    assert_eq!(meta.cluster_id, schema::members::cluster_id(&ids));
     assert_eq!(meta.initial_voters, ids);
 
     let store = Store::open(&data.join("member/snap/db")).unwrap();
@@ -171,7 +171,7 @@ fn restore_writes_a_new_members_db_and_wal() {
         sorted.sort();
         sorted
     });
-    let m2 = server::membership::decode_member(&members[&ids[1]]).unwrap();
+    let m2 = schema::members::decode(&members[&ids[1]]).unwrap();
     assert_eq!(m2.name, "m2");
     assert_eq!(m2.peer_urls, vec!["http://10.0.0.2:2380".to_string()]);
     assert_eq!(store.side_records(SideTable::Leases).unwrap().len(), 1);

@@ -38,28 +38,13 @@ pub struct Alarms {
     raised: Mutex<BTreeSet<(u64, i32)>>,
 }
 
-/// The side-table key of an alarm: the member's low 56 bits and the type.
-/// The record holds the full AlarmMember, so the key only has to be unique
-/// among the few alarms a cluster has.
-pub fn record_key(member: u64, alarm: i32) -> u64 {
-    (member & 0x00ff_ffff_ffff_ffff) | ((alarm as u64 & 0xff) << 56)
-}
-
-pub fn encode(member: u64, alarm: i32) -> Vec<u8> {
-    AlarmMember {
-        member_id: member,
-        alarm,
-    }
-    .encode_to_vec()
-}
-
 impl Alarms {
     /// Replaces every alarm with the backend's records.
     pub fn recover(&self, records: impl IntoIterator<Item = Vec<u8>>) {
         let mut raised = self.raised.lock();
         raised.clear();
         for record in records {
-            match AlarmMember::decode(&record[..]) {
+            match schema::alarms::decode(&record) {
                 Ok(m) => {
                     raised.insert((m.member_id, m.alarm));
                 }
@@ -184,7 +169,10 @@ mod tests {
     #[test]
     fn recovered_alarms_match_their_records() {
         let alarms = Alarms::default();
-        alarms.recover(vec![encode(u64::MAX, AlarmType::Nospace as i32)]);
+        alarms.recover(vec![schema::alarms::encode(
+            u64::MAX,
+            AlarmType::Nospace as i32,
+        )]);
         assert_eq!(
             alarms.get(AlarmType::None as i32),
             vec![AlarmMember {
@@ -193,8 +181,8 @@ mod tests {
             }]
         );
         assert_ne!(
-            record_key(7, AlarmType::Nospace as i32),
-            record_key(7, AlarmType::Corrupt as i32)
+            schema::alarms::record_key(7, AlarmType::Nospace as i32),
+            schema::alarms::record_key(7, AlarmType::Corrupt as i32)
         );
     }
 

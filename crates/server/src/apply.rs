@@ -34,7 +34,7 @@ use tokio::sync::{mpsc, watch};
 use crate::alarms::{self, Alarms, Restriction};
 use crate::errors;
 use crate::lease::Lessor;
-use crate::membership::{encode_member, ClusterMembers};
+use crate::membership::ClusterMembers;
 use crate::metrics::ops::ApplyOp;
 use crate::wait::Wait;
 
@@ -293,7 +293,7 @@ impl Applier {
         self.members.replace(
             members
                 .values()
-                .filter_map(|b| crate::membership::decode_member(b))
+                .filter_map(|b| schema::members::decode(b))
                 .collect(),
         );
         crate::startup::recover_alarms(&self.alarms, &self.store)
@@ -391,7 +391,7 @@ impl Applier {
             ) {
                 Some(member) => {
                     self.store
-                        .put_member(member.id, Some(encode_member(&member)), index)
+                        .put_member(member.id, Some(schema::members::encode(&member)), index)
                 }
                 None => {
                     tracing::warn!(member = %format!("{:x}", set.member_id), "attributes of an unknown member ignored");
@@ -478,8 +478,8 @@ impl Applier {
                 }
                 self.store.put_side(
                     SideTable::Alarms,
-                    alarms::record_key(member.member_id, member.alarm),
-                    raised.then(|| alarms::encode(member.member_id, member.alarm)),
+                    schema::alarms::record_key(member.member_id, member.alarm),
+                    raised.then(|| schema::alarms::encode(member.member_id, member.alarm)),
                     index,
                 );
                 resp.alarms.push(member);

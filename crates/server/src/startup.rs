@@ -2,7 +2,6 @@
 //! client listeners; and a clean stop that loses nothing.
 
 use std::fs;
-use std::io::Read;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
 use std::sync::Arc;
@@ -29,7 +28,7 @@ use crate::config::{ServerConfig, GRPC_OVERHEAD_BYTES};
 use crate::etcdserver::EtcdServer;
 use crate::gateway::Gateway;
 use crate::lease::{self, Lessor};
-use crate::membership::{self, ClusterMembers, Member as MemberInfo};
+use crate::membership::{ClusterMembers, Member as MemberInfo};
 use crate::metrics::grpc::GrpcMetricsLayer;
 use crate::metrics::Metrics;
 use crate::snapshot::BackendSnapshots;
@@ -42,6 +41,7 @@ use crate::v3rpc::lock::LockService;
 use crate::v3rpc::maintenance::{MaintenanceService, CLUSTER_VERSION, ETCD_VERSION};
 use crate::v3rpc::watch::WatchService;
 use crate::wait::Wait;
+use schema::members as membership;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -58,9 +58,6 @@ pub enum StartError {
     #[error("{0}")]
     Corrupt(String),
 }
-
-/// redb's file magic: a backend that does not start with it is not ours.
-const REDB_MAGIC: &[u8] = b"redb\x1a\x0a\xa9\x0d\x0a";
 
 /// Binds a listener for `url` (resolved to `addr`); returns it with the
 /// address it got (port 0 resolved).
@@ -339,31 +336,20 @@ fn identity(cfg: &ServerConfig) -> Result<Identity, StartError> {
 }
 
 fn check_backend_is_ours(path: &Path) -> Result<(), StartError> {
-    let Ok(mut file) = fs::File::open(path) else {
-        return Ok(());
-    };
-    let mut head = [0u8; 20];
-    let read = file.read(&mut head).unwrap_or(0);
-    if read >= REDB_MAGIC.len() && head[..REDB_MAGIC.len()] == *REDB_MAGIC {
-        return Ok(());
-    }
-    // A zero-length file is what a crash during creation leaves.
-    if file.metadata().map(|m| m.len() == 0).unwrap_or(false) {
-        return Ok(());
-    }
-    // bbolt's first page: a 16-byte page header, then the meta magic.
-    if read == head.len() && head[16..20] == 0xED0C_DAEDu32.to_le_bytes() {
-        return Err(StartError::DataDir(format!(
+    use schema::backend_file::{inspect, Kind};
+    match inspect(path) {
+        Kind::Absent | Kind::Ours => Ok(()),
+        Kind::Bbolt => Err(StartError::DataDir(format!(
             "{} is not an oxcd backend (it looks like an etcd bbolt database); oxcd does not open etcd's data files: \
              restore an etcd snapshot into a fresh oxcd data dir instead",
             path.display()
-        )));
+        ))),
+        Kind::Unknown => Err(StartError::DataDir(format!(
+            "{} is not an oxcd backend, or its first page is damaged: it does not begin with redb's file magic; \
+             restore it from a snapshot or another member",
+            path.display()
+        ))),
     }
-    Err(StartError::DataDir(format!(
-        "{} is not an oxcd backend, or its first page is damaged: it does not begin with redb's file magic; \
-         restore it from a snapshot or another member",
-        path.display()
-    )))
 }
 
 /// The members this one knows: the backend's members table once it has
@@ -378,15 +364,11 @@ fn known_members(
     let stored: Vec<MemberInfo> = store
         .members()?
         .values()
-        .filter_map(|b| membership::decode_member(b))
+        .filter_map(|b| membership::decode(b))
         .collect();
     let mut members = if stored.is_empty() {
         for m in &bootstrap {
-            store.put_member(
-                m.id,
-                Some(membership::encode_member(m)),
-                store.consistent_index(),
-            );
+            store.put_member(m.id, Some(membership::encode(m)), store.consistent_index());
         }
         bootstrap
     } else {

@@ -26,11 +26,9 @@ use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use api::etcdserverpb::LeaseCheckpoint;
-use api::leasepb;
 use api::rpctypes::{self, EtcdError};
 use bytes::Bytes;
 use parking_lot::Mutex;
-use prost::Message;
 
 /// etcd's MaxLeaseTTL: a longer TTL is refused with "too large lease TTL".
 pub const MAX_LEASE_TTL: i64 = 9_000_000_000;
@@ -79,12 +77,7 @@ impl Lease {
     }
 
     fn record(&self, id: i64) -> Vec<u8> {
-        leasepb::Lease {
-            id,
-            ttl: self.ttl,
-            remaining_ttl: self.remaining_ttl,
-        }
-        .encode_to_vec()
+        schema::leases::encode(id, self.ttl, self.remaining_ttl)
     }
 }
 
@@ -165,7 +158,7 @@ impl Lessor {
             ..State::default()
         };
         for record in records {
-            let Ok(lease) = leasepb::Lease::decode(&record[..]) else {
+            let Ok(lease) = schema::leases::decode(&record) else {
                 tracing::error!("cannot decode a lease record; skipping it");
                 continue;
             };

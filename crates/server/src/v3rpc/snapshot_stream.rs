@@ -107,7 +107,7 @@ fn send_snapshot(
         .len();
     let padding = padding_for(db_len);
     let total = db_len + padding.len() as u64;
-    tracing::info!("total-bytes" = total, size = %humanize_bytes(total),
+    tracing::info!("total-bytes" = total, size = %mvcc::snapshot_file::humanize_bytes(total),
         "sending database snapshot to client");
 
     let mut hasher = Sha256::new();
@@ -156,35 +156,4 @@ fn send_snapshot(
         );
     }
     Ok(())
-}
-
-/// go-humanize's Bytes (SI units), as etcd logs and etcdutl print sizes.
-pub fn humanize_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 7] = ["B", "kB", "MB", "GB", "TB", "PB", "EB"];
-    if bytes < 10 {
-        return format!("{bytes} B");
-    }
-    let exponent = ((bytes as f64).ln() / 1000f64.ln()).floor() as usize;
-    let exponent = exponent.min(UNITS.len() - 1);
-    let value = ((bytes as f64) / 1000f64.powi(exponent as i32) * 10.0 + 0.5).floor() / 10.0;
-    if value < 10.0 {
-        format!("{value:.1} {}", UNITS[exponent])
-    } else {
-        format!("{value:.0} {}", UNITS[exponent])
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::humanize_bytes;
-
-    #[test]
-    fn sizes_print_as_go_humanize_prints_them() {
-        assert_eq!(humanize_bytes(0), "0 B");
-        assert_eq!(humanize_bytes(9), "9 B");
-        assert_eq!(humanize_bytes(24576), "25 kB");
-        assert_eq!(humanize_bytes(2_097_152), "2.1 MB");
-        assert_eq!(humanize_bytes(1000), "1.0 kB");
-        assert_eq!(humanize_bytes(999_999), "1000 kB");
-    }
 }

@@ -33,10 +33,10 @@ use tokio::sync::{mpsc, watch};
 
 use crate::alarms::{self, Alarms, Restriction};
 use crate::errors;
-use crate::lease::Lessor;
 use crate::membership::ClusterMembers;
 use crate::metrics::ops::ApplyOp;
 use crate::wait::Wait;
+use lease::Lessor;
 
 /// etcd's backend batch limits: commit at least every 100 ms or 10k ops.
 pub const BACKEND_BATCH_INTERVAL: Duration = Duration::from_millis(100);

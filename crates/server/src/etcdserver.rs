@@ -17,11 +17,11 @@ use crate::alarms::{self, Alarms};
 use crate::apply::{ApplyOutcome, ApplyResponse};
 use crate::config::ServerConfig;
 use crate::errors;
-use crate::lease::Lessor;
 use crate::membership::{ClusterMembers, Member};
 use crate::metrics::Metrics;
 use crate::peers::PeerChannels;
 use crate::wait::Wait;
+use lease::Lessor;
 
 /// etcd refuses new proposals once apply lags commit by this many entries
 /// (maxGapBetweenApplyAndCommitIndex): the backlog is bounded.

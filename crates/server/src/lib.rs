@@ -21,7 +21,7 @@ pub mod etcdserver;
 pub mod gateway;
 pub mod grpc_compat;
 pub mod http;
-pub mod lease;
+pub mod lease_driver;
 pub mod logutil;
 pub mod membership;
 pub mod metrics;

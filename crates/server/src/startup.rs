@@ -27,7 +27,6 @@ use crate::apply::Applier;
 use crate::config::{ServerConfig, GRPC_OVERHEAD_BYTES};
 use crate::etcdserver::EtcdServer;
 use crate::gateway::Gateway;
-use crate::lease::{self, Lessor};
 use crate::membership::{ClusterMembers, Member as MemberInfo};
 use crate::metrics::grpc::GrpcMetricsLayer;
 use crate::metrics::Metrics;
@@ -41,6 +40,7 @@ use crate::v3rpc::lock::LockService;
 use crate::v3rpc::maintenance::{MaintenanceService, CLUSTER_VERSION, ETCD_VERSION};
 use crate::v3rpc::watch::WatchService;
 use crate::wait::Wait;
+use lease::Lessor;
 use schema::members as membership;
 
 #[derive(Debug, thiserror::Error)]
@@ -591,11 +591,11 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         shutdown_rx.clone(),
     ));
     tokio::spawn(announce_when_ready(server.clone()));
-    serving.push(tokio::spawn(lease::driver::run_primacy(
+    serving.push(tokio::spawn(crate::lease_driver::run_primacy(
         server.clone(),
         shutdown_rx.clone(),
     )));
-    serving.push(tokio::spawn(lease::driver::run_expiry(
+    serving.push(tokio::spawn(crate::lease_driver::run_expiry(
         server.clone(),
         shutdown_rx.clone(),
     )));
@@ -717,7 +717,7 @@ async fn serve_peers(
         .max_concurrent_streams(MAX_PEER_STREAMS_PER_CONNECTION)
         .add_service(peer)
         .add_service(
-            lease::driver::LeasePeerService::server(server.clone())
+            crate::lease_driver::LeasePeerService::server(server.clone())
                 .max_decoding_message_size(MAX_PEER_RPC_BYTES),
         )
         .add_service(

@@ -19,10 +19,10 @@ use tokio::sync::{watch, Semaphore};
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 
-use super::MAX_LEASE_CHECKPOINT_BATCH_SIZE;
-use super::{RenewOutcome, LEASE_CHECKPOINT_RATE, LEASE_REVOKE_RATE};
 use crate::apply::ApplyResponse;
 use crate::etcdserver::EtcdServer;
+use lease::MAX_LEASE_CHECKPOINT_BATCH_SIZE;
+use lease::{RenewOutcome, LEASE_CHECKPOINT_RATE, LEASE_REVOKE_RATE};
 
 /// How often the leader looks for expired leases and due checkpoints.
 const LEASE_LOOP_INTERVAL: Duration = Duration::from_millis(100);

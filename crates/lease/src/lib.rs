@@ -15,11 +15,9 @@
 //! lease expires because of the election; leases piled up at one instant
 //! are spread so that at most 3/4 of the revoke rate expire per second.
 //!
-//! This module does no I/O and reads no clock: callers pass `now`, so a
-//! test drives time. The server side (proposals, forwarding keep-alives to
-//! the leader, the expiry loop) is in [`driver`].
-
-pub mod driver;
+//! This crate does no I/O and reads no clock: callers pass `now`, so a
+//! test drives time. The member's side (proposals, forwarding keep-alives
+//! to the leader, the expiry loop) is etcdserver's (`server::lease_driver`).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};

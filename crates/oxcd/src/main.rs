@@ -317,10 +317,7 @@ fn quota_backend_bytes(flag: i64) -> i64 {
 
 fn print_version() {
     println!("oxcd Version: {}", env!("CARGO_PKG_VERSION"));
-    println!(
-        "etcd API Version: {}",
-        server::v3rpc::maintenance::ETCD_VERSION
-    );
+    println!("etcd API Version: {}", server::etcdserver::ETCD_VERSION);
     println!(
         "Git SHA: {}",
         option_env!("OXCD_GIT_SHA").unwrap_or("unknown")

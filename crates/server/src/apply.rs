@@ -296,9 +296,9 @@ impl Applier {
                 .filter_map(|b| schema::members::decode(b))
                 .collect(),
         );
-        crate::startup::recover_alarms(&self.alarms, &self.store)
+        crate::bootstrap::recover_alarms(&self.alarms, &self.store)
             .map_err(|e| failed("rebuild alarms from the database snapshot", &e))?;
-        crate::startup::recover_lessor(&self.lessor, &self.store)
+        crate::bootstrap::recover_lessor(&self.lessor, &self.store)
             .map_err(|e| failed("rebuild leases from the database snapshot", &e))?;
         let applied = self.store.consistent_index().max(index);
         tracing::info!(

@@ -12,6 +12,7 @@
 
 pub mod alarms;
 pub mod apply;
+pub mod bootstrap;
 pub mod checks;
 pub mod compactor;
 pub mod config;
@@ -22,6 +23,7 @@ pub mod gateway;
 pub mod grpc_compat;
 pub mod http;
 pub mod lease_driver;
+pub mod listeners;
 pub mod logutil;
 pub mod membership;
 pub mod metrics;
@@ -31,6 +33,7 @@ pub mod startup;
 pub mod v3rpc;
 pub mod wait;
 
+pub use bootstrap::StartError;
 pub use config::ServerConfig;
 pub use etcdserver::EtcdServer;
-pub use startup::{start, Member as RunningMember, StartError};
+pub use startup::{start, Member as RunningMember};

@@ -17,9 +17,9 @@ use axum::body::Body;
 use http::{header, HeaderValue, Method, StatusCode};
 
 use crate::etcdserver::EtcdServer;
+use crate::etcdserver::{CLUSTER_VERSION, ETCD_VERSION};
 use crate::gateway::{self, Gateway};
 use crate::metrics::TEXT_CONTENT_TYPE;
-use crate::v3rpc::maintenance::{CLUSTER_VERSION, ETCD_VERSION};
 
 /// Adds etcd's CORS headers.
 pub fn cors<B>(mut response: http::Response<B>) -> http::Response<B> {

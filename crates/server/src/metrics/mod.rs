@@ -24,7 +24,7 @@ use prometheus::{
 };
 
 use crate::etcdserver::EtcdServer;
-use crate::v3rpc::maintenance::{CLUSTER_VERSION, ETCD_VERSION};
+use crate::etcdserver::{CLUSTER_VERSION, ETCD_VERSION};
 
 /// What promhttp answers with for the text format.
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";

@@ -17,14 +17,8 @@ use tonic::{Request, Response, Status};
 
 use crate::errors;
 use crate::etcdserver::EtcdServer;
+use crate::etcdserver::ETCD_VERSION;
 use crate::v3rpc::check_require_leader;
-
-/// The etcd API version this member implements and reports. kube-apiserver
-/// enables features (watch progress, consistent list from cache) only for
-/// 3.5.13 and later.
-pub const ETCD_VERSION: &str = "3.5.13";
-/// The cluster version, as etcd reports it (major.minor).
-pub const CLUSTER_VERSION: &str = "3.5";
 
 pub struct MaintenanceService {
     server: Arc<EtcdServer>,

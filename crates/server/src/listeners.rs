@@ -12,7 +12,7 @@ use api::etcdserverpb::maintenance_server::MaintenanceServer;
 use api::etcdserverpb::watch_server::WatchServer;
 use api::v3electionpb::election_server::ElectionServer;
 use api::v3lockpb::lock_server::LockServer;
-use consensus::transport::{PeerService, PeerTransport};
+use consensus::transport::{accept_until_stop, PeerTransport};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -44,106 +44,18 @@ pub(crate) async fn bind(
     let local = listener.local_addr().map_err(listen_error)?;
     Ok((listener, local))
 }
-/// The next connection on `listener`, with TCP_NODELAY set (without it small
-/// responses wait for delayed ACKs, ~40 ms); None once `shutdown` is set.
-/// A failed accept (out of descriptors and the like) is logged and retried
-/// after a pause rather than in a spin.
-async fn accept_until_stop(
-    listener: &TcpListener,
-    shutdown: &mut watch::Receiver<bool>,
-    which: &str,
-) -> Option<tokio::net::TcpStream> {
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = shutdown.wait_for(|stop| *stop) => return None,
-        };
-        match accepted {
-            Ok((stream, _)) => {
-                let _ = stream.set_nodelay(true);
-                return Some(stream);
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "{which} listener: accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
-}
 
 /// Connections to the peer listener waiting for the gRPC server.
-const PEER_ACCEPT_QUEUE: usize = 64;
-
+/// The peer port: consensus's listener (raft links, snapshots, probes)
+/// with the member's own peer services (lease forwarding, hashes).
 pub(crate) async fn serve_peers(
     server: Arc<EtcdServer>,
     transport: Arc<PeerTransport>,
     listener: TcpListener,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    use consensus::transport::{
-        MAX_PEER_CONNECTIONS, MAX_PEER_RPC_BYTES, MAX_PEER_STREAMS_PER_CONNECTION,
-    };
-    // Raft links (a raw framed stream, see consensus::transport) and gRPC
-    // share the port: each connection is sorted by its first bytes. Each
-    // holds a permit while it lasts: past MAX_PEER_CONNECTIONS a new
-    // connection is closed at once.
-    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_PEER_CONNECTIONS));
-    let (grpc_tx, grpc_rx) =
-        tokio::sync::mpsc::channel::<std::io::Result<PeerConnection>>(PEER_ACCEPT_QUEUE);
-    let sorter = {
-        let raft = server.raft.clone();
-        let transport = transport.clone();
-        let mut shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            let mut refused = 0u64;
-            while let Some(stream) = accept_until_stop(&listener, &mut shutdown, "peer").await {
-                let Ok(permit) = permits.clone().try_acquire_owned() else {
-                    refused += 1;
-                    if refused.is_power_of_two() {
-                        tracing::warn!(
-                            refused,
-                            limit = MAX_PEER_CONNECTIONS,
-                            "peer listener: too many connections; closing new ones"
-                        );
-                    }
-                    continue;
-                };
-                let raft = raft.clone();
-                let transport = transport.clone();
-                let grpc_tx = grpc_tx.clone();
-                let mut shutdown = shutdown.clone();
-                tokio::spawn(async move {
-                    match consensus::transport::is_raft_link(&stream).await {
-                        Some(true) => {
-                            // on the raft thread, which ends it when it stops
-                            let link = consensus::transport::adopt_raft_link(
-                                stream, transport, raft, permit,
-                            );
-                            tokio::select! {
-                                _ = link => {}
-                                _ = shutdown.wait_for(|stop| *stop) => {}
-                            }
-                        }
-                        Some(false) => {
-                            let _ = grpc_tx
-                                .send(Ok(PeerConnection {
-                                    stream,
-                                    _permit: permit,
-                                }))
-                                .await;
-                        }
-                        None => {}
-                    }
-                });
-            }
-        })
-    };
-    let incoming = tokio_stream::wrappers::ReceiverStream::new(grpc_rx);
-    let snap_dir = server.cfg.member_dir().join("snap");
-    let peer = PeerService::server(transport, server.raft.clone(), snap_dir);
-    let result = tonic::transport::Server::builder()
-        .max_concurrent_streams(MAX_PEER_STREAMS_PER_CONNECTION)
-        .add_service(peer)
+    use consensus::transport::MAX_PEER_RPC_BYTES;
+    let extra = tonic::service::Routes::builder()
         .add_service(
             crate::lease_driver::LeasePeerService::server(server.clone())
                 .max_decoding_message_size(MAX_PEER_RPC_BYTES),
@@ -152,74 +64,12 @@ pub(crate) async fn serve_peers(
             crate::corrupt::MaintenancePeerService::server(server.clone())
                 .max_decoding_message_size(MAX_PEER_RPC_BYTES),
         )
-        .serve_with_incoming_shutdown(incoming, async move {
-            let _ = shutdown.wait_for(|stop| *stop).await;
-        })
-        .await;
-    sorter.abort();
-    if let Err(e) = result {
-        tracing::error!(error = %e, "peer listener stopped");
-    }
-}
-
-/// A gRPC connection on the peer port, holding its connection permit.
-struct PeerConnection {
-    stream: tokio::net::TcpStream,
-    _permit: tokio::sync::OwnedSemaphorePermit,
-}
-
-impl tonic::transport::server::Connected for PeerConnection {
-    type ConnectInfo = <tokio::net::TcpStream as tonic::transport::server::Connected>::ConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
-    }
-}
-
-impl tokio::io::AsyncRead for PeerConnection {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
-    }
-}
-
-impl tokio::io::AsyncWrite for PeerConnection {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
+        .clone()
+        .routes();
+    let snap_dir = server.cfg.member_dir().join("snap");
+    let raft = server.raft.clone();
+    consensus::transport::serve_peer_listener(listener, transport, raft, snap_dir, extra, shutdown)
+        .await
 }
 
 /// Starts the client connection threads at once (they exist when `start`

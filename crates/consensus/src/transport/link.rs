@@ -1,53 +1,21 @@
-//! The peer transport (our rafthttp): raft messages to each peer over one
-//! long-lived TCP "raft link" on the peer's `--listen-peer-urls`, batched,
-//! with reconnect and back-off. The link is a plain framed stream (see
-//! [`RAFT_MAGIC`]), told apart from gRPC by its first bytes on the same
-//! port; snapshots, probes and the other peer services stay gRPC.
-//!
-//! Both ends of every link run on the raft thread's own runtime
-//! ([`crate::Transport::start`], [`adopt_raft_link`]): the raft thread
-//! writes its messages to the socket itself (flushing before each
-//! fdatasync) and reads its peers' messages while it waits, so a message
-//! costs no thread wake-up on either side. Through gRPC it took five (raft
-//! thread, sender task, body pipe, connection task; connection task,
-//! handler, raft thread): measured on a 3-member cluster, 47 → 20 context
-//! switches per write.
-//!
-//! Never blocks the raft thread: `send` only `try_send`s into a bounded
-//! queue per peer and drops what does not fit (raft retransmits; a dead or
-//! slow peer costs memory bounded by `PEER_QUEUE_CAPACITY`).
-//!
-//! While a peer is connected, a prober times a `Probe` call on the same
-//! connection every [`PROBE_INTERVAL`]; the round trips, bytes and
-//! connection changes go to a [`NetworkObserver`] (the server's
-//! etcd_network_* metrics; this crate knows no metrics).
+//! The raft links: one long-lived framed TCP stream per (sender,
+//! receiver), opened by the sender with [`RAFT_MAGIC`] and a hello, then u32
+//! little-endian length-prefixed raft messages; the receiver never writes.
 
-use std::collections::HashMap;
-use std::collections::HashSet;
-use std::future::Future;
-use std::path::PathBuf;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use api::oxcdpeerpb::peer_client::PeerClient;
-use api::oxcdpeerpb::peer_server::{Peer, PeerServer};
-use api::oxcdpeerpb::{ProbeRequest, ProbeResponse, SnapshotChunk, StreamAck};
-use parking_lot::RwLock;
+use api::oxcdpeerpb::ProbeRequest;
 use protobuf::Message as _;
-use raft::eraftpb::{self, MessageType};
+use raft::eraftpb::{self};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Request, Response, Status, Streaming};
 
-use crate::{RaftHandle, Transport};
+use super::{NetworkObserver, PeerTransport, MAX_BATCH_MESSAGES};
+use crate::RaftHandle;
 
-/// Messages queued for one peer; beyond this they are dropped.
-pub const PEER_QUEUE_CAPACITY: usize = 4096;
-/// Messages per batch on the wire.
-pub const MAX_BATCH_MESSAGES: usize = 256;
 /// Opens a raft link on a peer listener, before the hello's cluster ID,
 /// sender and receiver (u64 little-endian each); then each message is a
 /// u32 little-endian length and an encoded raft `Message`.
@@ -58,7 +26,7 @@ const RAFT_HELLO_LEN: usize = 8 + 3 * 8;
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// An accepted connection must say what it is within this.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// The largest raft message a member accepts from a peer (entries are
@@ -82,23 +50,6 @@ const LINK_BUFFER_KEEP_BYTES: usize = 1024 * 1024;
 /// A frame whose bytes stop arriving for this long closes the link (etcd's
 /// ConnReadTimeout); between frames a link may idle.
 const FRAME_STALL_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections open at once on the peer port (raft links and gRPC): each
-/// peer needs about four (its raft link, probes, snapshots, lease and hash
-/// requests); beyond the bound a new connection is closed at once.
-pub const MAX_PEER_CONNECTIONS: usize = 128;
-/// gRPC streams at once on one peer connection.
-pub const MAX_PEER_STREAMS_PER_CONNECTION: u32 = 16;
-/// Bytes of backend per snapshot chunk.
-pub const SNAPSHOT_CHUNK_BYTES: usize = 64 * 1024;
-/// The largest gRPC message on the peer port: a snapshot chunk and its
-/// framing; probes, lease and hash requests are far smaller. With the two
-/// bounds above, gRPC on the peer port buffers at most
-/// 128 × 16 × 128 KiB = 256 MiB, whatever the peers send.
-pub const MAX_PEER_RPC_BYTES: usize = SNAPSHOT_CHUNK_BYTES + 64 * 1024;
-/// A snapshot stream whose next chunk does not come within this is dropped
-/// (and its partial file removed).
-const SNAPSHOT_CHUNK_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// How often a connected peer's round trip is measured (etcd's
 /// proberInterval: ConnReadTimeout - 1 s).
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(4);
@@ -106,330 +57,19 @@ pub const PROBE_INTERVAL: Duration = Duration::from_secs(4);
 /// shows the peer is gone).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Told what the transport sees, for etcd's etcd_network_* metrics.
-pub trait NetworkObserver: Send + Sync {
-    /// A probe to `to` came back after `rtt`.
-    fn round_trip(&self, to: u64, rtt: Duration);
-    /// Raft message bytes sent to `to`.
-    fn sent(&self, to: u64, bytes: u64);
-    /// Raft message bytes received from `from`.
-    fn received(&self, from: u64, bytes: u64);
-    /// Messages to `to` that could not be sent (queue full, stream broken).
-    fn send_failed(&self, to: u64, messages: u64);
-    /// The stream to `peer` connected (true) or broke (false).
-    fn connection(&self, peer: u64, active: bool);
-}
-
-/// Observes nothing.
-pub struct NoNetworkObserver;
-
-impl NetworkObserver for NoNetworkObserver {
-    fn round_trip(&self, _: u64, _: Duration) {}
-    fn sent(&self, _: u64, _: u64) {}
-    fn received(&self, _: u64, _: u64) {}
-    fn send_failed(&self, _: u64, _: u64) {}
-    fn connection(&self, _: u64, _: bool) {}
-}
-
-/// Makes backend snapshots for followers that need one.
-pub trait SnapshotSource: Send + Sync {
-    /// A file holding a consistent copy of the backend whose consistent
-    /// index is at least `index` (so that the follower, once it installs
-    /// it, misses no entry at or below the raft snapshot). The transport
-    /// deletes the file after sending it.
-    fn backend_snapshot(
-        &self,
-        index: u64,
-    ) -> Pin<Box<dyn Future<Output = Result<PathBuf, String>> + Send>>;
-}
-
-struct PeerQueue {
-    tx: mpsc::Sender<Vec<u8>>,
-    url: String,
-    snapshot_in_flight: Arc<AtomicBool>,
-}
-
-/// A peer's link, URL and message queue, before the raft thread starts.
-type PendingSender = (Link, String, mpsc::Receiver<Vec<u8>>);
-
-/// Sends raft messages to peers. Cheap to share; one task per peer.
-pub struct PeerTransport {
-    id: u64,
-    cluster_id: u64,
-    peers: RwLock<HashMap<u64, PeerQueue>>,
-    dropped: AtomicU64,
-    runtime: tokio::runtime::Handle,
-    snapshots: OnceLock<(RaftHandle, Arc<dyn SnapshotSource>)>,
-    observer: Arc<dyn NetworkObserver>,
-    /// Each peer's sender, until [`Transport::start`] spawns it on the raft
-    /// thread's runtime (messages queue in the meantime).
-    senders: parking_lot::Mutex<Vec<PendingSender>>,
-    /// The inbound raft link of each peer: (its number, how to close it).
-    /// One per peer: a new link replaces the old one.
-    inbound: parking_lot::Mutex<HashMap<u64, (u64, Arc<tokio::sync::Notify>)>>,
-    next_link: AtomicU64,
-    /// Bytes held by inbound raft links' frames (see
-    /// [`MAX_RAFT_LINK_BUFFERED_BYTES`]).
-    link_bytes: Arc<AtomicUsize>,
-    /// Peers whose backend snapshot is being received (one at a time each).
-    receiving_snapshots: parking_lot::Mutex<HashSet<u64>>,
-}
-
-impl PeerTransport {
-    /// `peers`: every other member's ID and peer URL. Tasks run on `runtime`.
-    pub fn new(
-        id: u64,
-        cluster_id: u64,
-        peers: &[(u64, String)],
-        runtime: &tokio::runtime::Handle,
-        observer: Arc<dyn NetworkObserver>,
-    ) -> Arc<PeerTransport> {
-        let transport = Arc::new(PeerTransport {
-            id,
-            cluster_id,
-            peers: RwLock::new(HashMap::new()),
-            dropped: AtomicU64::new(0),
-            runtime: runtime.clone(),
-            snapshots: OnceLock::new(),
-            observer: observer.clone(),
-            senders: parking_lot::Mutex::new(Vec::new()),
-            inbound: parking_lot::Mutex::new(HashMap::new()),
-            next_link: AtomicU64::new(0),
-            link_bytes: Arc::new(AtomicUsize::new(0)),
-            receiving_snapshots: parking_lot::Mutex::new(HashSet::new()),
-        });
-        for (peer, url) in peers {
-            if *peer == id {
-                continue;
-            }
-            let (tx, rx) = mpsc::channel(PEER_QUEUE_CAPACITY);
-            let queue = PeerQueue {
-                tx,
-                url: url.clone(),
-                snapshot_in_flight: Arc::new(AtomicBool::new(false)),
-            };
-            transport.peers.write().insert(*peer, queue);
-            let link = Link {
-                from: id,
-                to: *peer,
-                cluster_id,
-                observer: observer.clone(),
-                probes: runtime.clone(),
-            };
-            transport.senders.lock().push((link, url.clone(), rx));
-        }
-        transport
-    }
-
-    /// Enables sending snapshots: done once raft has started (the transport
-    /// exists before the raft handle does).
-    pub fn attach_snapshots(&self, raft: RaftHandle, source: Arc<dyn SnapshotSource>) {
-        let _ = self.snapshots.set((raft, source));
-    }
-
-    /// Messages dropped because a peer's queue was full.
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
-    }
-
-    /// Whether `id` is another member of the cluster (etcd's stream handler
-    /// answers "404 error sender not found" otherwise).
-    pub fn is_peer(&self, id: u64) -> bool {
-        self.peers.read().contains_key(&id)
-    }
-
-    pub fn member_id(&self) -> u64 {
-        self.id
-    }
-
-    pub fn cluster_id(&self) -> u64 {
-        self.cluster_id
-    }
-
-    /// Records `from`'s new inbound link, closing the one it replaces.
-    fn register_inbound(&self, from: u64) -> (u64, Arc<tokio::sync::Notify>) {
-        let link = self.next_link.fetch_add(1, Ordering::Relaxed);
-        let close = Arc::new(tokio::sync::Notify::new());
-        if let Some((_, old)) = self.inbound.lock().insert(from, (link, close.clone())) {
-            // notify_one keeps a permit for a link not waiting right now
-            old.notify_one();
-        }
-        (link, close)
-    }
-
-    fn deregister_inbound(&self, from: u64, link: u64) {
-        let mut inbound = self.inbound.lock();
-        if inbound
-            .get(&from)
-            .is_some_and(|(current, _)| *current == link)
-        {
-            inbound.remove(&from);
-        }
-    }
-}
-
-impl PeerTransport {
-    /// One snapshot per peer at a time; raft asks again if this one fails.
-    fn start_snapshot(&self, peer: &PeerQueue, msg: eraftpb::Message) {
-        let Some((raft, source)) = self.snapshots.get() else {
-            tracing::warn!(to = %format!("{:x}", msg.to), "raft: snapshot needed but snapshots are not enabled");
-            return;
-        };
-        if peer.snapshot_in_flight.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let job = SnapshotJob {
-            cluster_id: self.cluster_id,
-            url: peer.url.clone(),
-            raft: raft.clone(),
-            source: source.clone(),
-            in_flight: peer.snapshot_in_flight.clone(),
-        };
-        self.runtime.spawn(job.run(msg));
-    }
-}
-
-struct SnapshotJob {
-    cluster_id: u64,
-    url: String,
-    raft: RaftHandle,
-    source: Arc<dyn SnapshotSource>,
-    in_flight: Arc<AtomicBool>,
-}
-
-impl SnapshotJob {
-    async fn run(self, msg: eraftpb::Message) {
-        let to = msg.to;
-        let index = msg.get_snapshot().get_metadata().index;
-        tracing::info!(to = %format!("{to:x}"), index, "sending database snapshot to a member");
-        let result = self.send(msg).await;
-        match &result {
-            Ok(bytes) => {
-                tracing::info!(to = %format!("{to:x}"), index, bytes, "sent database snapshot")
-            }
-            Err(e) => {
-                tracing::warn!(to = %format!("{to:x}"), index, error = %e, "failed to send database snapshot")
-            }
-        }
-        self.raft.report_snapshot(to, result.is_ok());
-        self.in_flight.store(false, Ordering::Release);
-    }
-
-    async fn send(&self, msg: eraftpb::Message) -> Result<u64, String> {
-        let index = msg.get_snapshot().get_metadata().index;
-        let path = self.source.backend_snapshot(index).await?;
-        let sent = self.stream_file(&msg, &path).await;
-        let _ = tokio::fs::remove_file(&path).await;
-        sent
-    }
-
-    async fn stream_file(
-        &self,
-        msg: &eraftpb::Message,
-        path: &std::path::Path,
-    ) -> Result<u64, String> {
-        let mut file = tokio::fs::File::open(path)
-            .await
-            .map_err(|e| format!("open {}: {e}", path.display()))?;
-        let endpoint =
-            tonic::transport::Endpoint::from_shared(self.url.clone()).map_err(|e| e.to_string())?;
-        let channel = endpoint
-            .connect_timeout(CONNECT_TIMEOUT)
-            .connect()
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut client = PeerClient::new(channel).max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
-        let (chunks, wire) = mpsc::channel::<SnapshotChunk>(4);
-        let call = tokio::spawn(async move { client.snapshot(ReceiverStream::new(wire)).await });
-        let header = SnapshotChunk {
-            cluster_id: self.cluster_id,
-            from: msg.from,
-            to: msg.to,
-            message: msg.write_to_bytes().map_err(|e| e.to_string())?.into(),
-            data: Default::default(),
-            last: false,
-        };
-        let mut sent = 0u64;
-        let mut pending = Some(header);
-        let mut buf = vec![0u8; SNAPSHOT_CHUNK_BYTES];
-        loop {
-            if let Some(chunk) = pending.take() {
-                if chunks.send(chunk).await.is_err() {
-                    break;
-                }
-            }
-            let n = file.read(&mut buf).await.map_err(|e| e.to_string())?;
-            sent += n as u64;
-            let chunk = SnapshotChunk {
-                data: buf[..n].to_vec().into(),
-                last: n == 0,
-                ..Default::default()
-            };
-            if n == 0 {
-                let _ = chunks.send(chunk).await;
-                break;
-            }
-            pending = Some(chunk);
-        }
-        drop(chunks);
-        match call.await {
-            Ok(Ok(_)) => Ok(sent),
-            Ok(Err(status)) => Err(status.message().to_string()),
-            Err(e) => Err(e.to_string()),
-        }
-    }
-}
-
-impl Transport for PeerTransport {
-    fn start(&self, io: &tokio::runtime::Handle) {
-        for (link, url, rx) in self.senders.lock().drain(..) {
-            io.spawn(run_peer(link, url, rx));
-        }
-    }
-
-    fn send(&self, msgs: Vec<eraftpb::Message>) {
-        let peers = self.peers.read();
-        for msg in msgs {
-            let Some(peer) = peers.get(&msg.to) else {
-                tracing::debug!(
-                    from = self.id,
-                    to = msg.to,
-                    "raft: message to an unknown peer dropped"
-                );
-                continue;
-            };
-            if msg.get_msg_type() == MessageType::MsgSnapshot {
-                self.start_snapshot(peer, msg);
-                continue;
-            }
-            let bytes = match msg.write_to_bytes() {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::error!(error = %e, "raft: cannot encode a message");
-                    continue;
-                }
-            };
-            if peer.tx.try_send(bytes).is_err() {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                self.observer.send_failed(msg.to, 1);
-            }
-        }
-    }
-}
-
 /// One direction between two members.
 #[derive(Clone)]
-struct Link {
-    from: u64,
-    to: u64,
-    cluster_id: u64,
-    observer: Arc<dyn NetworkObserver>,
+pub(super) struct Link {
+    pub(super) from: u64,
+    pub(super) to: u64,
+    pub(super) cluster_id: u64,
+    pub(super) observer: Arc<dyn NetworkObserver>,
     /// Where probes run: the main runtime, not the raft thread's.
-    probes: tokio::runtime::Handle,
+    pub(super) probes: tokio::runtime::Handle,
 }
 
 /// One peer's sender: connect, stream batches, reconnect with back-off.
-async fn run_peer(link: Link, url: String, mut queue: mpsc::Receiver<Vec<u8>>) {
+pub(super) async fn run_peer(link: Link, url: String, mut queue: mpsc::Receiver<Vec<u8>>) {
     let to = link.to;
     let Some(addr) = host_port(&url) else {
         tracing::error!(peer = %format!("{to:x}"), url = %url, "invalid peer URL");
@@ -795,141 +435,6 @@ async fn probe(link: Link, mut client: PeerClient<tonic::transport::Channel>) {
         if let Ok(Ok(_)) = tokio::time::timeout(PROBE_TIMEOUT, client.probe(request)).await {
             link.observer.round_trip(link.to, started.elapsed());
         }
-    }
-}
-
-/// The receiving side of the peer gRPC services: snapshots and probes.
-pub struct PeerService {
-    transport: Arc<PeerTransport>,
-    raft: RaftHandle,
-    /// `<member_dir>/snap`, where received backend snapshots land.
-    snap_dir: PathBuf,
-}
-
-impl PeerService {
-    pub fn server(
-        transport: Arc<PeerTransport>,
-        raft: RaftHandle,
-        snap_dir: PathBuf,
-    ) -> PeerServer<PeerService> {
-        PeerServer::new(PeerService {
-            transport,
-            raft,
-            snap_dir,
-        })
-        .max_decoding_message_size(MAX_PEER_RPC_BYTES)
-    }
-
-    /// Whether a request names this cluster, this member and a sender that
-    /// is a member.
-    fn check_sender(&self, cluster_id: u64, from: u64, to: u64) -> Result<(), Status> {
-        let t = &self.transport;
-        if cluster_id != t.cluster_id || to != t.id {
-            return Err(Status::failed_precondition(
-                "request for another cluster or member",
-            ));
-        }
-        if !t.is_peer(from) {
-            return Err(Status::not_found("error sender not found"));
-        }
-        Ok(())
-    }
-}
-
-/// The next chunk of a snapshot stream, if it comes in time.
-async fn next_chunk(
-    stream: &mut Streaming<SnapshotChunk>,
-) -> Result<Option<SnapshotChunk>, Status> {
-    tokio::time::timeout(SNAPSHOT_CHUNK_TIMEOUT, stream.message())
-        .await
-        .map_err(|_| Status::deadline_exceeded("snapshot stream stalled"))?
-}
-
-/// A received snapshot's sender, released when the receive ends; its
-/// partial file is removed unless the receive completed.
-struct SnapshotReceive<'a> {
-    receiving: &'a parking_lot::Mutex<HashSet<u64>>,
-    from: u64,
-    partial: Option<PathBuf>,
-}
-
-impl Drop for SnapshotReceive<'_> {
-    fn drop(&mut self) {
-        if let Some(partial) = self.partial.take() {
-            let _ = std::fs::remove_file(partial);
-        }
-        self.receiving.lock().remove(&self.from);
-    }
-}
-
-#[tonic::async_trait]
-impl Peer for PeerService {
-    async fn probe(
-        &self,
-        request: Request<ProbeRequest>,
-    ) -> Result<Response<ProbeResponse>, Status> {
-        let probe = request.into_inner();
-        self.check_sender(probe.cluster_id, probe.from, probe.to)?;
-        Ok(Response::new(ProbeResponse {}))
-    }
-
-    async fn snapshot(
-        &self,
-        request: Request<Streaming<SnapshotChunk>>,
-    ) -> Result<Response<StreamAck>, Status> {
-        let mut stream = request.into_inner();
-        let first = next_chunk(&mut stream)
-            .await?
-            .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
-        self.check_sender(first.cluster_id, first.from, first.to)?;
-        if !self.transport.receiving_snapshots.lock().insert(first.from) {
-            return Err(Status::already_exists(
-                "a snapshot from this member is being received",
-            ));
-        }
-        let mut receive = SnapshotReceive {
-            receiving: &self.transport.receiving_snapshots,
-            from: first.from,
-            partial: None,
-        };
-        let mut msg = eraftpb::Message::parse_from_bytes(&first.message)
-            .map_err(|e| Status::invalid_argument(format!("bad raft message: {e}")))?;
-        if msg.get_msg_type() != MessageType::MsgSnapshot || msg.from != first.from {
-            return Err(Status::invalid_argument(
-                "the first chunk must carry the sender's MsgSnapshot",
-            ));
-        }
-        let index = msg.get_snapshot().get_metadata().index;
-        // etcd's name for a received backend: <index>.snap.db in the snap dir.
-        let path = self.snap_dir.join(format!("{index:016x}.snap.db"));
-        let partial = self.snap_dir.join(format!("{index:016x}.snap.db.part"));
-        let io =
-            |e: std::io::Error| Status::internal(format!("writing the received snapshot: {e}"));
-        let mut file = tokio::fs::File::create(&partial).await.map_err(io)?;
-        receive.partial = Some(partial.clone());
-        let mut received = 0u64;
-        let mut last = first.last;
-        while !last {
-            let chunk = next_chunk(&mut stream)
-                .await?
-                .ok_or_else(|| Status::aborted("snapshot stream ended early"))?;
-            file.write_all(&chunk.data).await.map_err(io)?;
-            received += chunk.data.len() as u64;
-            last = chunk.last;
-        }
-        file.sync_all().await.map_err(io)?;
-        drop(file);
-        tokio::fs::rename(&partial, &path).await.map_err(io)?;
-        receive.partial = None;
-        drop(receive);
-        tracing::info!(from = %format!("{:x}", first.from), index, bytes = received, "received database snapshot");
-        msg.mut_snapshot()
-            .set_data(path.to_string_lossy().as_bytes().to_vec().into());
-        self.raft
-            .step(msg)
-            .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
-        Ok(Response::new(StreamAck {}))
     }
 }
 

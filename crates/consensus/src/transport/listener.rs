@@ -1,0 +1,190 @@
+//! The peer port: each accepted connection is sorted by its first bytes
+//! into a raft link (served by [`super::adopt_raft_link`] on the raft
+//! thread's runtime) or gRPC (the [`PeerService`] plus whatever services the
+//! member adds: lease forwarding, hashes). Every connection holds a permit
+//! while it lasts, bounding what peers can make a member hold.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::{PeerService, PeerTransport};
+use crate::RaftHandle;
+
+/// Connections open at once on the peer port (raft links and gRPC): each
+/// peer needs about four (its raft link, probes, snapshots, lease and hash
+/// requests); beyond the bound a new connection is closed at once.
+pub const MAX_PEER_CONNECTIONS: usize = 128;
+/// gRPC streams at once on one peer connection.
+pub const MAX_PEER_STREAMS_PER_CONNECTION: u32 = 16;
+/// Connections sorted as gRPC, waiting for the gRPC server.
+const PEER_ACCEPT_QUEUE: usize = 64;
+
+/// The next connection on `listener`, with TCP_NODELAY set (without it small
+/// responses wait for delayed ACKs, ~40 ms); None once `shutdown` is set.
+/// A failed accept (out of descriptors and the like) is logged and retried
+/// after a pause rather than in a spin.
+pub async fn accept_until_stop(
+    listener: &TcpListener,
+    shutdown: &mut watch::Receiver<bool>,
+    which: &str,
+) -> Option<tokio::net::TcpStream> {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.wait_for(|stop| *stop) => return None,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                let _ = stream.set_nodelay(true);
+                return Some(stream);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "{which} listener: accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Serves the peer port on `listener` until `shutdown`: raft links and the
+/// peer gRPC service, plus `extra` services (their own message limits
+/// should not exceed [`super::MAX_PEER_RPC_BYTES`]).
+pub async fn serve_peer_listener(
+    listener: TcpListener,
+    transport: Arc<PeerTransport>,
+    raft: RaftHandle,
+    snap_dir: std::path::PathBuf,
+    extra: tonic::service::Routes,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    // Raft links (a raw framed stream, see consensus::transport) and gRPC
+    // share the port: each connection is sorted by its first bytes. Each
+    // holds a permit while it lasts: past MAX_PEER_CONNECTIONS a new
+    // connection is closed at once.
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_PEER_CONNECTIONS));
+    let (grpc_tx, grpc_rx) =
+        tokio::sync::mpsc::channel::<std::io::Result<PeerConnection>>(PEER_ACCEPT_QUEUE);
+    let sorter = {
+        let raft = raft.clone();
+        let transport = transport.clone();
+        let mut shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let mut refused = 0u64;
+            while let Some(stream) = accept_until_stop(&listener, &mut shutdown, "peer").await {
+                let Ok(permit) = permits.clone().try_acquire_owned() else {
+                    refused += 1;
+                    if refused.is_power_of_two() {
+                        tracing::warn!(
+                            refused,
+                            limit = MAX_PEER_CONNECTIONS,
+                            "peer listener: too many connections; closing new ones"
+                        );
+                    }
+                    continue;
+                };
+                let raft = raft.clone();
+                let transport = transport.clone();
+                let grpc_tx = grpc_tx.clone();
+                let mut shutdown = shutdown.clone();
+                tokio::spawn(async move {
+                    match super::is_raft_link(&stream).await {
+                        Some(true) => {
+                            // on the raft thread, which ends it when it stops
+                            let link = super::adopt_raft_link(stream, transport, raft, permit);
+                            tokio::select! {
+                                _ = link => {}
+                                _ = shutdown.wait_for(|stop| *stop) => {}
+                            }
+                        }
+                        Some(false) => {
+                            let _ = grpc_tx
+                                .send(Ok(PeerConnection {
+                                    stream,
+                                    _permit: permit,
+                                }))
+                                .await;
+                        }
+                        None => {}
+                    }
+                });
+            }
+        })
+    };
+    let incoming = tokio_stream::wrappers::ReceiverStream::new(grpc_rx);
+    let peer = PeerService::server(transport, raft, snap_dir);
+    let result = tonic::transport::Server::builder()
+        .max_concurrent_streams(MAX_PEER_STREAMS_PER_CONNECTION)
+        .add_routes(extra)
+        .add_service(peer)
+        .serve_with_incoming_shutdown(incoming, async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        })
+        .await;
+    sorter.abort();
+    if let Err(e) = result {
+        tracing::error!(error = %e, "peer listener stopped");
+    }
+}
+
+/// A gRPC connection on the peer port, holding its connection permit.
+struct PeerConnection {
+    stream: tokio::net::TcpStream,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl tonic::transport::server::Connected for PeerConnection {
+    type ConnectInfo = <tokio::net::TcpStream as tonic::transport::server::Connected>::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
+impl tokio::io::AsyncRead for PeerConnection {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for PeerConnection {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}

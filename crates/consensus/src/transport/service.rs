@@ -1,0 +1,160 @@
+//! The peer gRPC service: probes and received snapshots, from members only.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::oxcdpeerpb::peer_server::{Peer, PeerServer};
+use api::oxcdpeerpb::{ProbeRequest, ProbeResponse, SnapshotChunk, StreamAck};
+use protobuf::Message as _;
+use raft::eraftpb::{self, MessageType};
+use tokio::io::AsyncWriteExt;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::{PeerTransport, SNAPSHOT_CHUNK_BYTES};
+use crate::RaftHandle;
+
+/// The largest gRPC message on the peer port: a snapshot chunk and its
+/// framing; probes, lease and hash requests are far smaller. With the two
+/// bounds above, gRPC on the peer port buffers at most
+/// 128 × 16 × 128 KiB = 256 MiB, whatever the peers send.
+pub const MAX_PEER_RPC_BYTES: usize = SNAPSHOT_CHUNK_BYTES + 64 * 1024;
+/// A snapshot stream whose next chunk does not come within this is dropped
+/// (and its partial file removed).
+const SNAPSHOT_CHUNK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The next chunk of a snapshot stream, if it comes in time.
+async fn next_chunk(
+    stream: &mut Streaming<SnapshotChunk>,
+) -> Result<Option<SnapshotChunk>, Status> {
+    tokio::time::timeout(SNAPSHOT_CHUNK_TIMEOUT, stream.message())
+        .await
+        .map_err(|_| Status::deadline_exceeded("snapshot stream stalled"))?
+}
+
+/// A received snapshot's sender, released when the receive ends; its
+/// partial file is removed unless the receive completed.
+struct SnapshotReceive<'a> {
+    receiving: &'a parking_lot::Mutex<HashSet<u64>>,
+    from: u64,
+    partial: Option<PathBuf>,
+}
+
+impl Drop for SnapshotReceive<'_> {
+    fn drop(&mut self) {
+        if let Some(partial) = self.partial.take() {
+            let _ = std::fs::remove_file(partial);
+        }
+        self.receiving.lock().remove(&self.from);
+    }
+}
+
+/// The receiving side of the peer gRPC services: snapshots and probes.
+pub struct PeerService {
+    transport: Arc<PeerTransport>,
+    raft: RaftHandle,
+    /// `<member_dir>/snap`, where received backend snapshots land.
+    snap_dir: PathBuf,
+}
+
+impl PeerService {
+    pub fn server(
+        transport: Arc<PeerTransport>,
+        raft: RaftHandle,
+        snap_dir: PathBuf,
+    ) -> PeerServer<PeerService> {
+        PeerServer::new(PeerService {
+            transport,
+            raft,
+            snap_dir,
+        })
+        .max_decoding_message_size(MAX_PEER_RPC_BYTES)
+    }
+
+    /// Whether a request names this cluster, this member and a sender that
+    /// is a member.
+    fn check_sender(&self, cluster_id: u64, from: u64, to: u64) -> Result<(), Status> {
+        let t = &self.transport;
+        if cluster_id != t.cluster_id || to != t.id {
+            return Err(Status::failed_precondition(
+                "request for another cluster or member",
+            ));
+        }
+        if !t.is_peer(from) {
+            return Err(Status::not_found("error sender not found"));
+        }
+        Ok(())
+    }
+}
+
+#[tonic::async_trait]
+impl Peer for PeerService {
+    async fn probe(
+        &self,
+        request: Request<ProbeRequest>,
+    ) -> Result<Response<ProbeResponse>, Status> {
+        let probe = request.into_inner();
+        self.check_sender(probe.cluster_id, probe.from, probe.to)?;
+        Ok(Response::new(ProbeResponse {}))
+    }
+
+    async fn snapshot(
+        &self,
+        request: Request<Streaming<SnapshotChunk>>,
+    ) -> Result<Response<StreamAck>, Status> {
+        let mut stream = request.into_inner();
+        let first = next_chunk(&mut stream)
+            .await?
+            .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
+        self.check_sender(first.cluster_id, first.from, first.to)?;
+        if !self.transport.receiving_snapshots.lock().insert(first.from) {
+            return Err(Status::already_exists(
+                "a snapshot from this member is being received",
+            ));
+        }
+        let mut receive = SnapshotReceive {
+            receiving: &self.transport.receiving_snapshots,
+            from: first.from,
+            partial: None,
+        };
+        let mut msg = eraftpb::Message::parse_from_bytes(&first.message)
+            .map_err(|e| Status::invalid_argument(format!("bad raft message: {e}")))?;
+        if msg.get_msg_type() != MessageType::MsgSnapshot || msg.from != first.from {
+            return Err(Status::invalid_argument(
+                "the first chunk must carry the sender's MsgSnapshot",
+            ));
+        }
+        let index = msg.get_snapshot().get_metadata().index;
+        // etcd's name for a received backend: <index>.snap.db in the snap dir.
+        let path = self.snap_dir.join(format!("{index:016x}.snap.db"));
+        let partial = self.snap_dir.join(format!("{index:016x}.snap.db.part"));
+        let io =
+            |e: std::io::Error| Status::internal(format!("writing the received snapshot: {e}"));
+        let mut file = tokio::fs::File::create(&partial).await.map_err(io)?;
+        receive.partial = Some(partial.clone());
+        let mut received = 0u64;
+        let mut last = first.last;
+        while !last {
+            let chunk = next_chunk(&mut stream)
+                .await?
+                .ok_or_else(|| Status::aborted("snapshot stream ended early"))?;
+            file.write_all(&chunk.data).await.map_err(io)?;
+            received += chunk.data.len() as u64;
+            last = chunk.last;
+        }
+        file.sync_all().await.map_err(io)?;
+        drop(file);
+        tokio::fs::rename(&partial, &path).await.map_err(io)?;
+        receive.partial = None;
+        drop(receive);
+        tracing::info!(from = %format!("{:x}", first.from), index, bytes = received, "received database snapshot");
+        msg.mut_snapshot()
+            .set_data(path.to_string_lossy().as_bytes().to_vec().into());
+        self.raft
+            .step(msg)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(StreamAck {}))
+    }
+}

@@ -1,0 +1,132 @@
+//! Backend snapshots for a follower too far behind: streamed out of band
+//! over the `Peer.Snapshot` RPC in chunks, never inside a raft message.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use api::oxcdpeerpb::peer_client::PeerClient;
+use api::oxcdpeerpb::SnapshotChunk;
+use protobuf::Message as _;
+use raft::eraftpb::{self};
+use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::link::CONNECT_TIMEOUT;
+use super::{PeerQueue, PeerTransport, SnapshotSource, MAX_PEER_MESSAGE_BYTES};
+use crate::RaftHandle;
+
+/// Bytes of backend per snapshot chunk.
+pub const SNAPSHOT_CHUNK_BYTES: usize = 64 * 1024;
+
+impl PeerTransport {
+    /// One snapshot per peer at a time; raft asks again if this one fails.
+    pub(super) fn start_snapshot(&self, peer: &PeerQueue, msg: eraftpb::Message) {
+        let Some((raft, source)) = self.snapshots.get() else {
+            tracing::warn!(to = %format!("{:x}", msg.to), "raft: snapshot needed but snapshots are not enabled");
+            return;
+        };
+        if peer.snapshot_in_flight.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let job = SnapshotJob {
+            cluster_id: self.cluster_id,
+            url: peer.url.clone(),
+            raft: raft.clone(),
+            source: source.clone(),
+            in_flight: peer.snapshot_in_flight.clone(),
+        };
+        self.runtime.spawn(job.run(msg));
+    }
+}
+
+struct SnapshotJob {
+    cluster_id: u64,
+    url: String,
+    raft: RaftHandle,
+    source: Arc<dyn SnapshotSource>,
+    in_flight: Arc<AtomicBool>,
+}
+
+impl SnapshotJob {
+    async fn run(self, msg: eraftpb::Message) {
+        let to = msg.to;
+        let index = msg.get_snapshot().get_metadata().index;
+        tracing::info!(to = %format!("{to:x}"), index, "sending database snapshot to a member");
+        let result = self.send(msg).await;
+        match &result {
+            Ok(bytes) => {
+                tracing::info!(to = %format!("{to:x}"), index, bytes, "sent database snapshot")
+            }
+            Err(e) => {
+                tracing::warn!(to = %format!("{to:x}"), index, error = %e, "failed to send database snapshot")
+            }
+        }
+        self.raft.report_snapshot(to, result.is_ok());
+        self.in_flight.store(false, Ordering::Release);
+    }
+
+    async fn send(&self, msg: eraftpb::Message) -> Result<u64, String> {
+        let index = msg.get_snapshot().get_metadata().index;
+        let path = self.source.backend_snapshot(index).await?;
+        let sent = self.stream_file(&msg, &path).await;
+        let _ = tokio::fs::remove_file(&path).await;
+        sent
+    }
+
+    async fn stream_file(
+        &self,
+        msg: &eraftpb::Message,
+        path: &std::path::Path,
+    ) -> Result<u64, String> {
+        let mut file = tokio::fs::File::open(path)
+            .await
+            .map_err(|e| format!("open {}: {e}", path.display()))?;
+        let endpoint =
+            tonic::transport::Endpoint::from_shared(self.url.clone()).map_err(|e| e.to_string())?;
+        let channel = endpoint
+            .connect_timeout(CONNECT_TIMEOUT)
+            .connect()
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut client = PeerClient::new(channel).max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
+        let (chunks, wire) = mpsc::channel::<SnapshotChunk>(4);
+        let call = tokio::spawn(async move { client.snapshot(ReceiverStream::new(wire)).await });
+        let header = SnapshotChunk {
+            cluster_id: self.cluster_id,
+            from: msg.from,
+            to: msg.to,
+            message: msg.write_to_bytes().map_err(|e| e.to_string())?.into(),
+            data: Default::default(),
+            last: false,
+        };
+        let mut sent = 0u64;
+        let mut pending = Some(header);
+        let mut buf = vec![0u8; SNAPSHOT_CHUNK_BYTES];
+        loop {
+            if let Some(chunk) = pending.take() {
+                if chunks.send(chunk).await.is_err() {
+                    break;
+                }
+            }
+            let n = file.read(&mut buf).await.map_err(|e| e.to_string())?;
+            sent += n as u64;
+            let chunk = SnapshotChunk {
+                data: buf[..n].to_vec().into(),
+                last: n == 0,
+                ..Default::default()
+            };
+            if n == 0 {
+                let _ = chunks.send(chunk).await;
+                break;
+            }
+            pending = Some(chunk);
+        }
+        drop(chunks);
+        match call.await {
+            Ok(Ok(_)) => Ok(sent),
+            Ok(Err(status)) => Err(status.message().to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}

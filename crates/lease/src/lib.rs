@@ -17,7 +17,7 @@
 //!
 //! This crate does no I/O and reads no clock: callers pass `now`, so a
 //! test drives time. The member's side (proposals, forwarding keep-alives
-//! to the leader, the expiry loop) is etcdserver's (`server::lease_driver`).
+//! to the leader, the expiry loop) is etcdserver's (`etcdserver::lease_driver`).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use server::ServerConfig;
+use embed::ServerConfig;
 
 /// mimalloc instead of glibc's malloc: under 100 concurrent clients glibc's
 /// arena locks showed up in profiles (futex waits in malloc/free), and
@@ -239,7 +239,7 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
             flags.metrics
         ));
     }
-    let auto_compaction = server::compactor::parse(
+    let auto_compaction = etcdserver::compactor::parse(
         &flags.auto_compaction_mode,
         &flags.auto_compaction_retention,
         parse_go_duration,
@@ -303,13 +303,13 @@ fn quota_backend_bytes(flag: i64) -> i64 {
     match flag {
         0 => ServerConfig::default().quota_backend_bytes,
         q if q < 0 => 0,
-        q if q > server::alarms::MAX_QUOTA_BYTES => {
+        q if q > etcdserver::alarms::MAX_QUOTA_BYTES => {
             tracing::warn!(
                 "quota-size-bytes" = q,
-                "quota-maximum-size-bytes" = server::alarms::MAX_QUOTA_BYTES,
+                "quota-maximum-size-bytes" = etcdserver::alarms::MAX_QUOTA_BYTES,
                 "quota exceeds the maximum value"
             );
-            server::alarms::MAX_QUOTA_BYTES
+            etcdserver::alarms::MAX_QUOTA_BYTES
         }
         q => q,
     }
@@ -317,7 +317,7 @@ fn quota_backend_bytes(flag: i64) -> i64 {
 
 fn print_version() {
     println!("oxcd Version: {}", env!("CARGO_PKG_VERSION"));
-    println!("etcd API Version: {}", server::etcdserver::ETCD_VERSION);
+    println!("etcd API Version: {}", etcdserver::ETCD_VERSION);
     println!(
         "Git SHA: {}",
         option_env!("OXCD_GIT_SHA").unwrap_or("unknown")
@@ -359,7 +359,7 @@ fn main() -> ExitCode {
         print_version();
         return ExitCode::SUCCESS;
     }
-    if let Err(e) = server::logutil::init(&flags.log_level) {
+    if let Err(e) = embed::logutil::init(&flags.log_level) {
         eprintln!("oxcd: {e}");
         return ExitCode::from(2);
     }
@@ -388,7 +388,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let member = match server::start(cfg).await {
+        let member = match embed::start(cfg).await {
             Ok(m) => m,
             Err(e) => {
                 tracing::error!(error = %e, "failed to start etcd server");

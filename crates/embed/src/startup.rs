@@ -1,0 +1,441 @@
+//! Bringing a member up and down: backend, raft, apply loop, listeners,
+//! background loops; and a clean stop that loses nothing.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use api::etcdserverpb::{Attributes, ClusterMemberAttrSetRequest, InternalRaftRequest};
+use consensus::transport::PeerTransport;
+use consensus::{RaftConfig, RaftHandle};
+use mvcc::Store;
+use tokio::sync::watch;
+
+use crate::listeners::{bind, serve_clients, serve_metrics, serve_peers};
+use etcdserver::alarms::Alarms;
+use etcdserver::apply::Applier;
+use etcdserver::bootstrap::{
+    check_volume, identity, known_members, parse_url, prepare_data_dir, recover_alarms,
+    recover_lessor, Identity, StartError,
+};
+use etcdserver::config::ServerConfig;
+use etcdserver::membership::ClusterMembers;
+use etcdserver::metrics::Metrics;
+use etcdserver::wait::Wait;
+use etcdserver::EtcdServer;
+use etcdserver::{CLUSTER_VERSION, ETCD_VERSION};
+use lease::Lessor;
+
+/// A running member.
+pub struct Member {
+    pub server: Arc<EtcdServer>,
+    client_addrs: Vec<SocketAddr>,
+    shutdown: watch::Sender<bool>,
+    serving: Vec<tokio::task::JoinHandle<()>>,
+    apply_thread: Option<JoinHandle<()>>,
+}
+
+impl Member {
+    /// The addresses the client listeners are bound to (port 0 resolved).
+    pub fn client_addrs(&self) -> &[SocketAddr] {
+        &self.client_addrs
+    }
+
+    /// Resolves with the cause once the member cannot go on (a WAL or
+    /// backend write failed, a committed entry cannot be applied): its
+    /// owner then stops it and exits non-zero, as etcd does.
+    pub async fn fatal(&self) -> String {
+        self.server.raft.fatal().raised().await
+    }
+
+    /// Resolves once the member has a leader and has applied everything
+    /// committed so far (etcd's ReadyNotify).
+    pub async fn ready(&self) {
+        wait_ready(&self.server).await
+    }
+
+    /// Stops serving, stops raft, finishes applying and commits the backend
+    /// durably. Every acknowledged write is in the WAL and in the backend.
+    pub async fn stop(mut self) {
+        tracing::info!(name = %self.server.cfg.name, "closing etcd server");
+        if self.server.raft.fatal().cause().is_some() {
+            self.server.abandon_waiting_proposals();
+        }
+        let _ = self.shutdown.send(true);
+        for task in self.serving.drain(..) {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+        let raft = self.server.raft.clone();
+        let apply_thread = self.apply_thread.take();
+        let _ = tokio::task::spawn_blocking(move || {
+            raft.stop();
+            if let Some(t) = apply_thread {
+                let _ = t.join();
+            }
+        })
+        .await;
+        tracing::info!(name = %self.server.cfg.name, "closed etcd server");
+    }
+}
+
+/// Starts a member: returns once its client listeners are bound.
+pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
+    let identity = identity(&cfg)?;
+    let client_addrs = parse_urls(&cfg.listen_client_urls)?;
+    let metrics_addrs = parse_urls(&cfg.listen_metrics_urls)?;
+    let metrics = Arc::new(Metrics::new(identity.member.id, cfg.metrics_extensive));
+    check_volume(&cfg)?;
+    prepare_data_dir(&cfg)?;
+    tracing::info!(
+        "etcd-version" = ETCD_VERSION,
+        "oxcd-version" = env!("CARGO_PKG_VERSION"),
+        name = %cfg.name,
+        "data-dir" = %cfg.data_dir.display(),
+        "member-initialized" = identity.restarted,
+        "starting an etcd server"
+    );
+    let backend = open_backend(&cfg, &metrics).await?;
+    let members = Arc::new(ClusterMembers::new(known_members(
+        &backend.store,
+        identity.members.clone(),
+        &identity.member,
+    )?));
+    // A single member's transport has no peers: it sends nothing and
+    // refuses every raft link and peer request (no sender is a member).
+    let peer_transport = PeerTransport::new(
+        identity.member.id,
+        identity.cluster_id,
+        &peer_urls(&members, identity.member.id),
+        &tokio::runtime::Handle::current(),
+        metrics.network.clone(),
+    );
+    let (raft, committed) = start_raft(
+        &cfg,
+        &identity,
+        &backend.store,
+        peer_transport.clone(),
+        &metrics,
+    )?;
+    let apply = start_apply(&cfg, &backend, &raft, &members, &metrics, committed)?;
+    let server = Arc::new_cyclic(|me| {
+        EtcdServer::new(
+            members,
+            cfg.clone(),
+            backend.store,
+            raft,
+            identity.member,
+            identity.cluster_id,
+            apply.wait,
+            apply.applied,
+            metrics,
+            backend.lessor,
+            backend.alarms,
+            me.clone(),
+        )
+    });
+    let source = server.snapshot_source(cfg.member_dir().join("snap"));
+    peer_transport.attach_snapshots(server.raft.clone(), Arc::new(source));
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let mut member = Member {
+        server,
+        client_addrs: Vec::new(),
+        shutdown,
+        serving: Vec::new(),
+        apply_thread: Some(apply.thread),
+    };
+    serve_peer_urls(&mut member, &peer_transport, &shutdown_rx).await?;
+    if cfg.initial_corrupt_check {
+        if let Err(reason) = etcdserver::corrupt::check_initial(&member.server).await {
+            member.stop().await;
+            return Err(StartError::Corrupt(reason));
+        }
+    }
+    serve_client_urls(&mut member, client_addrs, metrics_addrs, &shutdown_rx).await?;
+    start_background_loops(&mut member, &shutdown_rx);
+    Ok(member)
+}
+
+/// The peer listeners (`--listen-peer-urls`).
+async fn serve_peer_urls(
+    member: &mut Member,
+    transport: &Arc<PeerTransport>,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<(), StartError> {
+    for url in &member.server.cfg.listen_peer_urls {
+        let (listener, local) = bind(url, parse_url(url)?).await?;
+        let serve = serve_peers(
+            member.server.clone(),
+            transport.clone(),
+            listener,
+            shutdown.clone(),
+        );
+        member.serving.push(tokio::spawn(serve));
+        tracing::info!(address = %local, "serving peer traffic");
+    }
+    Ok(())
+}
+
+/// The client listeners (`--listen-client-urls`) and the metrics listeners
+/// (`--listen-metrics-urls`), resolved beforehand.
+async fn serve_client_urls(
+    member: &mut Member,
+    client_addrs: Vec<SocketAddr>,
+    metrics_addrs: Vec<SocketAddr>,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<(), StartError> {
+    let cfg = member.server.cfg.clone();
+    for (url, addr) in cfg.listen_client_urls.iter().zip(client_addrs) {
+        let (listener, local) = bind(url, addr).await?;
+        member.client_addrs.push(local);
+        let serve = serve_clients(member.server.clone(), listener, shutdown.clone());
+        member.serving.push(tokio::spawn(serve));
+        tracing::warn!(address = %local, "serving client traffic insecurely; this is strongly discouraged!");
+    }
+    for (url, addr) in cfg.listen_metrics_urls.iter().zip(metrics_addrs) {
+        let (listener, local) = bind(url, addr).await?;
+        let serve = serve_metrics(member.server.clone(), listener, shutdown.clone());
+        member.serving.push(tokio::spawn(serve));
+        tracing::info!(address = %local, "serving metrics");
+    }
+    Ok(())
+}
+
+/// The backend and the state rebuilt from it.
+struct Backend {
+    store: Arc<Store>,
+    lessor: Arc<Lessor>,
+    alarms: Arc<Alarms>,
+}
+
+async fn open_backend(cfg: &ServerConfig, metrics: &Metrics) -> Result<Backend, StartError> {
+    let path = cfg.backend_path();
+    let store = {
+        let path = path.clone();
+        tokio::task::spawn_blocking(move || Store::open(&path))
+            .await
+            .map_err(|e| StartError::Config(format!("backend open task failed: {e}")))??
+    };
+    let store = Arc::new(store);
+    store.set_commit_observer(metrics.backend_commit_observer());
+    let lessor = Arc::new(Lessor::new(
+        lease::min_lease_ttl(cfg.heartbeat, cfg.election_timeout),
+        cfg.lease_checkpoint_interval,
+    ));
+    recover_lessor(&lessor, &store)?;
+    let alarms = Arc::new(Alarms::default());
+    recover_alarms(&alarms, &store)?;
+    {
+        let lessor = lessor.clone();
+        store.set_lease_lookup(Arc::new(move |id| lessor.exists(id)));
+    }
+    tracing::info!(path = %path.display(), "consistent-index" = store.consistent_index(),
+        revision = store.current_revision(), "opened backend db");
+    Ok(Backend {
+        store,
+        lessor,
+        alarms,
+    })
+}
+
+fn parse_urls(urls: &[String]) -> Result<Vec<SocketAddr>, StartError> {
+    urls.iter().map(|u| parse_url(u)).collect()
+}
+
+/// Every other member's ID and first peer URL.
+fn peer_urls(members: &ClusterMembers, me: u64) -> Vec<(u64, String)> {
+    members
+        .list()
+        .iter()
+        .filter(|m| m.id != me)
+        .filter_map(|m| m.peer_urls.first().map(|url| (m.id, url.clone())))
+        .collect()
+}
+
+fn start_raft(
+    cfg: &ServerConfig,
+    identity: &Identity,
+    store: &Store,
+    transport: Arc<PeerTransport>,
+    metrics: &Metrics,
+) -> Result<
+    (
+        RaftHandle,
+        tokio::sync::mpsc::Receiver<consensus::CommittedBatch>,
+    ),
+    StartError,
+> {
+    let raft_cfg = RaftConfig {
+        id: identity.member.id,
+        member_dir: cfg.member_dir(),
+        voters: identity.voters.clone(),
+        heartbeat: cfg.heartbeat,
+        election_timeout: cfg.election_timeout,
+        applied: store.consistent_index(),
+        cluster_id: identity.cluster_id,
+    };
+    let options = consensus::StartOptions {
+        snapshot_catch_up_entries: cfg.snapshot_catch_up_entries,
+        wal_sync_observer: Some(metrics.wal_sync_observer()),
+        wal: consensus::wal::WalOptions {
+            unsafe_no_fsync: cfg.unsafe_no_fsync,
+            ..Default::default()
+        },
+    };
+    let started = consensus::start_with_options(raft_cfg, transport, options)?;
+    tracing::info!("local-member-id" = %format!("{:x}", identity.member.id),
+        "cluster-id" = %format!("{:x}", identity.cluster_id), "starting local member");
+    Ok(started)
+}
+
+/// The apply thread, and the proposal waiters and applied index it feeds.
+struct ApplyLoop {
+    thread: JoinHandle<()>,
+    wait: Arc<Wait<etcdserver::apply::ApplyOutcome>>,
+    applied: watch::Receiver<u64>,
+}
+
+fn start_apply(
+    cfg: &ServerConfig,
+    backend: &Backend,
+    raft: &RaftHandle,
+    members: &Arc<ClusterMembers>,
+    metrics: &Arc<Metrics>,
+    committed: tokio::sync::mpsc::Receiver<consensus::CommittedBatch>,
+) -> Result<ApplyLoop, StartError> {
+    let wait = Arc::new(Wait::default());
+    let (applied_tx, applied_rx) = watch::channel(backend.store.consistent_index());
+    let applier = Arc::new(Applier {
+        store: backend.store.clone(),
+        raft: raft.clone(),
+        wait: wait.clone(),
+        applied: applied_tx,
+        snapshot_count: cfg.snapshot_count.max(1),
+        members: members.clone(),
+        lessor: backend.lessor.clone(),
+        alarms: backend.alarms.clone(),
+        metrics: metrics.clone(),
+        last_snapshot: backend.store.consistent_index().into(),
+        busy: parking_lot::Mutex::new(()),
+        fatal: raft.fatal(),
+        halted: false.into(),
+    });
+    // Weak: the apply thread owns the applier (which holds the raft handle);
+    // the hook must not keep it, and the store in it, alive past shutdown.
+    let inline = Arc::downgrade(&applier);
+    raft.set_inline_apply(Box::new(move |batch| match inline.upgrade() {
+        Some(applier) => applier.try_apply_inline(batch),
+        None => Err(batch),
+    }));
+    let fatal = raft.fatal();
+    let thread = std::thread::Builder::new()
+        .name("apply".into())
+        .stack_size(api::codec::REQUEST_THREAD_STACK_BYTES)
+        .spawn(move || fatal.run_thread("apply", move || applier.run(committed)))
+        .map_err(|e| StartError::Config(format!("cannot start the apply thread: {e}")))?;
+    Ok(ApplyLoop {
+        thread,
+        wait,
+        applied: applied_rx,
+    })
+}
+
+/// The member's own loops: damaged-read alarms, publishing itself, lease
+/// primacy and expiry, corruption checks and auto-compaction when enabled.
+fn start_background_loops(member: &mut Member, shutdown: &watch::Receiver<bool>) {
+    let server = &member.server;
+    let serving = &mut member.serving;
+    serving.push(etcdserver::corrupt::raise_on_damaged_reads(
+        server,
+        shutdown.clone(),
+    ));
+    tokio::spawn(announce_when_ready(server.clone()));
+    serving.push(tokio::spawn(etcdserver::lease_driver::run_primacy(
+        server.clone(),
+        shutdown.clone(),
+    )));
+    serving.push(tokio::spawn(etcdserver::lease_driver::run_expiry(
+        server.clone(),
+        shutdown.clone(),
+    )));
+    if !server.cfg.corrupt_check_time.is_zero() {
+        let check = etcdserver::corrupt::run_periodic(
+            server.clone(),
+            server.cfg.corrupt_check_time,
+            shutdown.clone(),
+        );
+        serving.push(tokio::spawn(check));
+    }
+    if let Some(mode) = server.cfg.auto_compaction {
+        let interval = server.cfg.auto_compaction_revision_interval;
+        serving.push(tokio::spawn(etcdserver::compactor::run(
+            server.clone(),
+            mode,
+            interval,
+            shutdown.clone(),
+        )));
+    }
+}
+
+/// The lifecycle lines operators wait for, once this member has a leader
+/// and has applied what was committed before it started serving.
+/// Ready: a leader that has committed an entry of its term, and this member
+/// has applied up to it (a ReadIndex round proves both, as etcd's publish
+/// through raft does).
+async fn wait_ready(server: &EtcdServer) {
+    loop {
+        match server.linearizable_read_notify().await {
+            Ok(()) => return,
+            Err(e) if e == api::rpctypes::STOPPED => return,
+            Err(_) => continue,
+        }
+    }
+}
+
+/// etcd's publish: this member's name and client URLs go through raft so
+/// that every member lists them. Retried until it commits.
+async fn publish(server: &EtcdServer) {
+    let attributes = ClusterMemberAttrSetRequest {
+        member_id: server.member.id,
+        member_attributes: Some(Attributes {
+            name: server.member.name.clone(),
+            client_urls: server.member.client_urls.clone(),
+        }),
+    };
+    loop {
+        let request = InternalRaftRequest {
+            cluster_member_attr_set: Some(attributes.clone()),
+            ..Default::default()
+        };
+        match server.propose(request).await {
+            Ok(_) => return,
+            Err(e) if e == api::rpctypes::STOPPED => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "failed to publish local member to cluster through raft");
+                tokio::time::sleep(PUBLISH_RETRY).await;
+            }
+        }
+    }
+}
+
+/// How long a failed publish waits before trying again.
+const PUBLISH_RETRY: Duration = Duration::from_millis(500);
+
+async fn announce_when_ready(server: Arc<EtcdServer>) {
+    wait_ready(&server).await;
+    publish(&server).await;
+    tracing::info!(
+        "local-member-id" = %format!("{:x}", server.member.id),
+        "local-member-attributes" = %format!("{{Name:{} ClientURLs:[{}]}}", server.member.name, server.member.client_urls.join(" ")),
+        "cluster-id" = %format!("{:x}", server.cluster_id),
+        "published local member to cluster through raft"
+    );
+    tracing::info!(
+        "cluster-version" = CLUSTER_VERSION,
+        "enabled capabilities for version"
+    );
+    tracing::info!("ready to serve client requests");
+}
+
+// Inline apply runs on the raft thread: it needs a request thread's stack.
+const _: () = assert!(consensus::RAFT_THREAD_STACK_BYTES >= api::codec::REQUEST_THREAD_STACK_BYTES);

@@ -1,0 +1,162 @@
+//! Plain HTTP on the client port next to gRPC, as etcd serves it: /metrics,
+//! /health, /version and the JSON gateway (/v3/...). One axum router holds
+//! both: gRPC methods live under `/<package>.<Service>/<Method>` paths,
+//! which no HTTP route shares, so routing by path sends every gRPC call to
+//! tonic without a look at its headers; for a path no route takes, the
+//! content-type decides between gRPC's Unimplemented and HTTP's 404.
+//! `--listen-metrics-urls` serves /metrics and /health only.
+//!
+//! Every answer carries the CORS headers etcd's access controller adds
+//! (its default --cors is "*"), and OPTIONS gets an empty 200.
+
+pub mod gateway;
+pub mod health;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use http::{header, HeaderValue, Method, StatusCode};
+
+use crate::gateway::Gateway;
+use etcdserver::metrics::TEXT_CONTENT_TYPE;
+use etcdserver::EtcdServer;
+use etcdserver::{CLUSTER_VERSION, ETCD_VERSION};
+
+/// Adds etcd's CORS headers.
+pub fn cors<B>(mut response: http::Response<B>) -> http::Response<B> {
+    let headers = response.headers_mut();
+    headers.insert(
+        "access-control-allow-headers",
+        HeaderValue::from_static("accept, content-type, authorization"),
+    );
+    headers.insert(
+        "access-control-allow-methods",
+        HeaderValue::from_static("POST, GET, OPTIONS, PUT, DELETE"),
+    );
+    headers.insert("access-control-allow-origin", HeaderValue::from_static("*"));
+    response
+}
+
+/// Go's http.Error: text/plain, nosniff, the message and a newline.
+pub fn plain_error(status: StatusCode, message: &str) -> http::Response<Body> {
+    let mut response = http::Response::new(Body::from(format!("{message}\n")));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    cors(response)
+}
+
+/// 405, naming the allowed method as etcd's own handlers do (grpc-gateway
+/// names none: pass None).
+pub fn method_not_allowed(allow: Option<&'static str>) -> http::Response<Body> {
+    let mut response = plain_error(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
+    if let Some(allow) = allow {
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(allow));
+    }
+    response
+}
+
+/// etcd's access controller answers a CORS preflight with an empty 200.
+pub fn options_ok() -> http::Response<Body> {
+    cors(http::Response::new(Body::empty()))
+}
+
+fn with_content_type(body: impl Into<Body>, content_type: &'static str) -> http::Response<Body> {
+    let mut response = http::Response::new(body.into());
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    cors(response)
+}
+
+/// GET /version: etcd's two fields, then ours (clients that parse etcd's
+/// shape ignore it).
+pub fn version_json() -> String {
+    format!(
+        "{{\"etcdserver\":\"{ETCD_VERSION}\",\"etcdcluster\":\"{CLUSTER_VERSION}.0\",\"oxcd\":\"{}\"}}",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+async fn version(request: http::Request<Body>) -> http::Response<Body> {
+    match *request.method() {
+        Method::GET => with_content_type(version_json(), "application/json"),
+        Method::OPTIONS => options_ok(),
+        _ => method_not_allowed(Some("GET")),
+    }
+}
+
+async fn metrics(server: Arc<EtcdServer>, request: http::Request<Body>) -> http::Response<Body> {
+    match *request.method() {
+        Method::OPTIONS => options_ok(),
+        _ => with_content_type(server.metrics.render(&server), TEXT_CONTENT_TYPE),
+    }
+}
+
+/// Anything no route took: a gRPC call to a service this member does not
+/// serve gets gRPC's Unimplemented (as before HTTP shared the port),
+/// a gateway path grpc-gateway's 404, anything else Go's.
+async fn fallback(request: http::Request<Body>) -> http::Response<Body> {
+    let grpc = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    if grpc {
+        let (parts, ()) = tonic::Status::unimplemented("")
+            .into_http::<()>()
+            .into_parts();
+        return http::Response::from_parts(parts, Body::empty());
+    }
+    if request.method() == Method::OPTIONS {
+        return options_ok();
+    }
+    let path = request.uri().path();
+    if gateway::PREFIXES
+        .iter()
+        .any(|prefix| path.starts_with(prefix))
+    {
+        // grpc-gateway's own 404 (etcd 3.5 serves no HashKV route, say).
+        return plain_error(StatusCode::NOT_FOUND, "Not Found");
+    }
+    plain_error(StatusCode::NOT_FOUND, "404 page not found")
+}
+
+/// /metrics and /health: what `--listen-metrics-urls` serves.
+pub fn metrics_router(server: Arc<EtcdServer>) -> axum::Router {
+    let for_metrics = server.clone();
+    axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::any(move |request: http::Request<Body>| {
+                metrics(for_metrics.clone(), request)
+            }),
+        )
+        .route(
+            "/health",
+            axum::routing::any(move |request: http::Request<Body>| {
+                health::serve(server.clone(), request)
+            }),
+        )
+}
+
+/// Everything plain HTTP on the client port: metrics, health, version and
+/// the gateway. Merge with the gRPC routes and then call [`with_fallback`].
+pub fn client_router(server: Arc<EtcdServer>, gateway: Arc<Gateway>) -> axum::Router {
+    metrics_router(server)
+        .route("/version", axum::routing::any(version))
+        .merge(gateway::router(gateway))
+}
+
+/// Sets the fallback for requests no route took.
+pub fn with_fallback(router: axum::Router) -> axum::Router {
+    router.fallback(fallback)
+}

@@ -1,0 +1,288 @@
+//! Bootstrap (etcd's etcdserver/bootstrap.go): the data dir's checks, who
+//! this member is (member and cluster IDs, known members), and the state
+//! rebuilt from the backend (alarms, leases).
+
+use std::fs;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
+
+use mvcc::Store;
+
+use crate::alarms::Alarms;
+use crate::config::ServerConfig;
+use crate::membership::Member as MemberInfo;
+use lease::Lessor;
+use schema::members as membership;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Config(String),
+    #[error("{0}")]
+    DataDir(String),
+    #[error("failed to open backend: {0}")]
+    Backend(#[from] mvcc::MvccError),
+    #[error("failed to start raft: {0}")]
+    Raft(#[from] consensus::ConsensusError),
+    #[error("failed to listen on {url}: {error}")]
+    Listen { url: String, error: std::io::Error },
+    #[error("{0}")]
+    Corrupt(String),
+}
+/// Rebuilds the alarms from the backend's alarm table.
+pub fn recover_alarms(alarms: &Alarms, store: &Store) -> Result<(), StartError> {
+    let records = store.side_records(mvcc::SideTable::Alarms)?;
+    alarms.recover(records.into_values());
+    Ok(())
+}
+
+/// Rebuilds the lessor from the backend's lease table and leased keys.
+pub fn recover_lessor(lessor: &Lessor, store: &Store) -> Result<(), StartError> {
+    let records = store.side_records(mvcc::SideTable::Leases)?;
+    lessor.recover(records.into_values(), store.take_loaded_leased_keys());
+    Ok(())
+}
+pub fn parse_url(url: &str) -> Result<SocketAddr, StartError> {
+    let parsed = url::Url::parse(url)
+        .map_err(|e| StartError::Config(format!("invalid URL {url:?}: {e}")))?;
+    match parsed.scheme() {
+        "http" => {}
+        "https" | "unixs" => {
+            return Err(StartError::Config(format!(
+                "TLS is not supported yet: {url}"
+            )));
+        }
+        other => {
+            return Err(StartError::Config(format!(
+                "URL scheme must be http, https, unix or unixs: {other}"
+            )))
+        }
+    }
+    let host = parsed
+        .host_str()
+        .ok_or_else(|| StartError::Config(format!("URL has no host: {url}")))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = parsed.port().ok_or_else(|| {
+        StartError::Config(format!(
+            "URL address does not have the form \"host:port\": {url}"
+        ))
+    })?;
+    let host = if host == "localhost" {
+        "127.0.0.1"
+    } else {
+        host
+    };
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| StartError::Config(format!("cannot resolve {url}: {e}")))?
+        .next()
+        .ok_or_else(|| StartError::Config(format!("cannot resolve {url}")))
+}
+
+/// A member restarted on a volume that filled up (it stopped on ENOSPC)
+/// would replay its log, stop the same way and append WAL records each
+/// time: below this much free space it refuses to start, writing nothing.
+pub const MIN_FREE_BYTES_TO_START: u64 = 1 << 20;
+
+/// Refuses a data dir on a full volume; warns when the volume cannot hold
+/// two WAL segments (the member then stops, whole, when it fills).
+pub fn check_volume(cfg: &ServerConfig) -> Result<(), StartError> {
+    let probe = cfg
+        .data_dir
+        .ancestors()
+        .find(|p| p.exists())
+        .map_or_else(|| Path::new(".").to_path_buf(), Path::to_path_buf);
+    let free = match consensus::wal::free_bytes(&probe) {
+        Ok(free) => free,
+        Err(e) => {
+            tracing::warn!(path = %probe.display(), error = %e, "cannot tell the volume's free space");
+            return Ok(());
+        }
+    };
+    if free < MIN_FREE_BYTES_TO_START {
+        return Err(StartError::DataDir(format!(
+            "no space left on device: the volume holding {} has {free} bytes free, and a member \
+             needs at least {MIN_FREE_BYTES_TO_START} to start; free space on it, then start again",
+            cfg.data_dir.display()
+        )));
+    }
+    let safe = 2 * consensus::wal::SEGMENT_BYTES;
+    if free < safe {
+        tracing::warn!(
+            "data-dir" = %cfg.data_dir.display(),
+            "volume-free-bytes" = free,
+            "safe-free-bytes" = safe,
+            "the data dir's volume is too small to be safe: less than two WAL segments free; \
+             the member stops when it fills"
+        );
+    }
+    Ok(())
+}
+
+/// etcd's data dir shape, refusing a dir that holds etcd's own bbolt files.
+pub fn prepare_data_dir(cfg: &ServerConfig) -> Result<(), StartError> {
+    let member = cfg.member_dir();
+    for dir in [member.join("wal"), member.join("snap")] {
+        fs::create_dir_all(&dir)
+            .map_err(|e| StartError::DataDir(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = fs::set_permissions(&cfg.data_dir, fs::Permissions::from_mode(0o700));
+    }
+    check_backend_is_ours(&cfg.backend_path())
+}
+
+pub struct Identity {
+    pub member: MemberInfo,
+    /// Every member this one knows, itself included.
+    pub members: Vec<MemberInfo>,
+    pub cluster_id: u64,
+    pub voters: Vec<u64>,
+    pub restarted: bool,
+}
+
+/// The members named by `--initial-cluster`, with etcd's IDs.
+pub fn initial_members(cfg: &ServerConfig) -> Result<Vec<MemberInfo>, StartError> {
+    let cluster =
+        membership::parse_initial_cluster(&cfg.initial_cluster).map_err(StartError::Config)?;
+    Ok(cluster
+        .into_iter()
+        .map(|(name, urls)| MemberInfo {
+            id: membership::member_id(&urls, &cfg.initial_cluster_token),
+            client_urls: if name == cfg.name {
+                cfg.advertise_client_urls.clone()
+            } else {
+                Vec::new()
+            },
+            name,
+            peer_urls: urls,
+            is_learner: false,
+        })
+        .collect())
+}
+
+/// Who this member is. A member with a WAL takes its IDs and voters from it
+/// and ignores the bootstrap token, as etcd does; a new one derives them
+/// from `--initial-cluster` and `--initial-cluster-token` as etcd does.
+/// Peer URLs come from `--initial-cluster` in both cases (etcd keeps them in
+/// its membership store; ours arrives with membership changes).
+pub fn identity(cfg: &ServerConfig) -> Result<Identity, StartError> {
+    check_backend_is_ours(&cfg.backend_path())?;
+    let wal_dir = cfg.member_dir().join("wal");
+    let recorded = if wal_dir.exists() {
+        consensus::wal::Wal::read_metadata(&wal_dir).map_err(|e| {
+            StartError::DataDir(format!("cannot read the WAL in {}: {e}", wal_dir.display()))
+        })?
+    } else {
+        None
+    };
+    if let Some(meta) = recorded {
+        tracing::info!("local-member-id" = %format!("{:x}", meta.node_id), "cluster-id" = %format!("{:x}", meta.cluster_id),
+            "restarting local member");
+        let by_url: Vec<MemberInfo> = initial_members(cfg).unwrap_or_default();
+        let mut members = Vec::new();
+        for voter in &meta.initial_voters {
+            match by_url.iter().find(|m| m.id == *voter) {
+                Some(m) => members.push(m.clone()),
+                None if *voter == meta.node_id => {}
+                None => tracing::warn!(member = %format!("{voter:x}"),
+                    "peer URLs of a member are unknown: --initial-cluster does not name it"),
+            }
+        }
+        let mut member = members
+            .iter()
+            .find(|m| m.id == meta.node_id)
+            .cloned()
+            .unwrap_or(MemberInfo {
+                id: meta.node_id,
+                name: cfg.name.clone(),
+                peer_urls: cfg.initial_advertise_peer_urls.clone(),
+                client_urls: Vec::new(),
+                is_learner: false,
+            });
+        member.name = cfg.name.clone();
+        member.client_urls = cfg.advertise_client_urls.clone();
+        members.retain(|m| m.id != member.id);
+        members.push(member.clone());
+        return Ok(Identity {
+            member,
+            members,
+            cluster_id: meta.cluster_id,
+            voters: meta.initial_voters,
+            restarted: true,
+        });
+    }
+
+    if cfg.initial_cluster_state == "existing" {
+        return Err(StartError::Config(
+            "joining an existing cluster (--initial-cluster-state existing) is not supported yet"
+                .to_string(),
+        ));
+    }
+    let members = initial_members(cfg)?;
+    let Some(member) = members.iter().find(|m| m.name == cfg.name).cloned() else {
+        return Err(StartError::Config(format!(
+            "couldn't find local name {:?} in the initial cluster configuration",
+            cfg.name
+        )));
+    };
+    let voters: Vec<u64> = members.iter().map(|m| m.id).collect();
+    Ok(Identity {
+        cluster_id: membership::cluster_id(&voters),
+        member,
+        members,
+        voters,
+        restarted: false,
+    })
+}
+
+pub fn check_backend_is_ours(path: &Path) -> Result<(), StartError> {
+    use schema::backend_file::{inspect, Kind};
+    match inspect(path) {
+        Kind::Absent | Kind::Ours => Ok(()),
+        Kind::Bbolt => Err(StartError::DataDir(format!(
+            "{} is not an oxcd backend (it looks like an etcd bbolt database); oxcd does not open etcd's data files: \
+             restore an etcd snapshot into a fresh oxcd data dir instead",
+            path.display()
+        ))),
+        Kind::Unknown => Err(StartError::DataDir(format!(
+            "{} is not an oxcd backend, or its first page is damaged: it does not begin with redb's file magic; \
+             restore it from a snapshot or another member",
+            path.display()
+        ))),
+    }
+}
+
+/// The members this one knows: the backend's members table once it has
+/// one (it survives restarts and carries published attributes), else the
+/// bootstrap list, which is then written to it. This member's own entry
+/// always takes its current name and advertised client URLs.
+pub fn known_members(
+    store: &Store,
+    bootstrap: Vec<MemberInfo>,
+    own: &MemberInfo,
+) -> Result<Vec<MemberInfo>, StartError> {
+    let stored: Vec<MemberInfo> = store
+        .members()?
+        .values()
+        .filter_map(|b| membership::decode(b))
+        .collect();
+    let mut members = if stored.is_empty() {
+        for m in &bootstrap {
+            store.put_member(m.id, Some(membership::encode(m)), store.consistent_index());
+        }
+        bootstrap
+    } else {
+        stored
+    };
+    match members.iter_mut().find(|m| m.id == own.id) {
+        Some(m) => {
+            m.name = own.name.clone();
+            m.client_urls = own.client_urls.clone();
+        }
+        None => members.push(own.clone()),
+    }
+    Ok(members)
+}

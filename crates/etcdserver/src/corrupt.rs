@@ -1,0 +1,287 @@
+//! Corruption checks (etcd's etcdserver/corrupt.go): members compare
+//! HashKV at one revision over the peer listener.
+//!
+//! * Initial (`--experimental-initial-corrupt-check`): before serving
+//!   clients, a restarting member hashes its data and asks every peer for
+//!   its hash at the same revision; a peer with the same compact revision
+//!   but another hash means this member's data is not the cluster's, and it
+//!   refuses to start ("found data inconsistency with peers").
+//! * Periodic (`--experimental-corrupt-check-time`): the leader compares its
+//!   hash with its followers' and raises the CORRUPT alarm (through raft)
+//!   for a member that disagrees; every member then refuses writes.
+//! * Damaged reads (beyond etcd): every stored record carries a checksum
+//!   (see mvcc); a read that meets a record whose bytes changed is refused
+//!   ("etcdserver: corrupt cluster") and this member raises the CORRUPT
+//!   alarm for itself ([`raise_on_damaged_reads`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::etcdserverpb::alarm_request::AlarmAction;
+use api::etcdserverpb::{AlarmRequest, AlarmType, HashKvRequest, HashKvResponse};
+use api::oxcdpeerpb::maintenance_peer_client::MaintenancePeerClient;
+use api::oxcdpeerpb::maintenance_peer_server::{MaintenancePeer, MaintenancePeerServer};
+use api::rpctypes;
+use tokio::sync::watch;
+use tonic::{Request, Response, Status};
+
+use crate::errors;
+use crate::server::EtcdServer;
+
+/// A peer's answer to "your hash at revision R".
+struct PeerHash {
+    member: u64,
+    answer: Result<HashKvResponse, Status>,
+}
+
+/// Asks every other member for its HashKV at `revision`, concurrently,
+/// each within the request timeout.
+async fn peer_hashes(server: &EtcdServer, revision: i64) -> Vec<PeerHash> {
+    let asks = server
+        .members
+        .list()
+        .into_iter()
+        .filter(|m| m.id != server.member.id)
+        .map(|m| {
+            let channel = server.peer_channels.channel(&server.members, m.id);
+            let timeout = server.cfg.request_timeout();
+            async move {
+                let answer = match channel {
+                    None => Err(Status::unavailable("member has no peer URL")),
+                    Some(channel) => {
+                        let mut client = MaintenancePeerClient::new(channel);
+                        match tokio::time::timeout(
+                            timeout,
+                            client.hash_kv(HashKvRequest { revision }),
+                        )
+                        .await
+                        {
+                            Ok(answer) => answer.map(|r| r.into_inner()),
+                            Err(_) => Err(Status::deadline_exceeded("hash request timed out")),
+                        }
+                    }
+                };
+                PeerHash {
+                    member: m.id,
+                    answer,
+                }
+            }
+        });
+    futures::future::join_all(asks).await
+}
+
+fn local_hash(server: &EtcdServer) -> Result<(u32, i64, i64), String> {
+    server
+        .store
+        .hash_kv(0)
+        .map_err(|e| format!("{:x} failed to fetch hash ({e})", server.member.id))
+}
+
+/// The initial check: Err(reason) when this member's data disagrees.
+pub async fn check_initial(server: &EtcdServer) -> Result<(), String> {
+    let id = format!("{:x}", server.member.id);
+    tracing::info!("local-member-id" = %id, timeout = ?server.cfg.request_timeout(), "starting initial corruption check");
+    let (hash, compact_revision, revision) = local_hash(server)?;
+    let mut mismatches = 0;
+    for peer in peer_hashes(server, revision).await {
+        let remote = format!("{:x}", peer.member);
+        match peer.answer {
+            Ok(resp) if resp.hash != hash => {
+                if resp.compact_revision == compact_revision {
+                    tracing::warn!("local-member-id" = %id, "local-member-revision" = revision,
+                        "local-member-compact-revision" = compact_revision, "local-member-hash" = hash,
+                        "remote-peer-id" = %remote, "remote-peer-hash" = resp.hash,
+                        "remote-peer-compact-revision" = resp.compact_revision,
+                        "found different hash values from remote peer");
+                    mismatches += 1;
+                } else {
+                    tracing::warn!("local-member-id" = %id, "remote-peer-id" = %remote,
+                        "local-member-compact-revision" = compact_revision,
+                        "remote-peer-compact-revision" = resp.compact_revision,
+                        "found different compact revision values from remote peer");
+                }
+            }
+            Ok(_) => {}
+            Err(status) if status.message() == rpctypes::FUTURE_REV.message => {
+                tracing::warn!("local-member-id" = %id, "remote-peer-id" = %remote,
+                    "cannot fetch hash from slow remote peer")
+            }
+            Err(status) if status.message() == rpctypes::COMPACTED.message => {
+                tracing::warn!("local-member-id" = %id, "remote-peer-id" = %remote,
+                    "cannot fetch hash from remote peer; local member is behind")
+            }
+            Err(status) => {
+                tracing::warn!("local-member-id" = %id, "remote-peer-id" = %remote, error = %status,
+                    "cannot fetch hash from remote peer")
+            }
+        }
+    }
+    if mismatches > 0 {
+        return Err(format!("{id} found data inconsistency with peers"));
+    }
+    tracing::info!("local-member-id" = %id, "initial corruption checking passed; no corruption");
+    Ok(())
+}
+
+/// One leader-side check (etcd's checkHashKV); raises CORRUPT at most once.
+async fn check_as_leader(server: &EtcdServer) -> Result<(), String> {
+    let (hash, compact_revision, revision) = local_hash(server)?;
+    let peers = peer_hashes(server, revision).await;
+    let (hash2, compact_revision2, revision2) = local_hash(server)?;
+    let mut suspect = None;
+    if hash2 != hash && revision2 == revision && compact_revision2 == compact_revision {
+        tracing::warn!(
+            revision,
+            "leader-hash" = hash,
+            "leader-hash-again" = hash2,
+            "found hash mismatch"
+        );
+        suspect = Some(server.member.id);
+    }
+    let mut checked = 0;
+    for peer in &peers {
+        let Ok(resp) = &peer.answer else { continue };
+        checked += 1;
+        let follower = format!("{:x}", peer.member);
+        let follower_revision = resp.header.as_ref().map(|h| h.revision).unwrap_or(0);
+        if follower_revision > revision2 {
+            tracing::warn!("leader-revision" = revision2, "follower-revision" = follower_revision,
+                "follower-peer-id" = %follower, "revision from follower must be less than or equal to leader's");
+            suspect.get_or_insert(peer.member);
+        }
+        if resp.compact_revision > compact_revision2 {
+            tracing::warn!("leader-compact-revision" = compact_revision2,
+                "follower-compact-revision" = resp.compact_revision, "follower-peer-id" = %follower,
+                "compact revision from follower must be less than or equal to leader's");
+            suspect.get_or_insert(peer.member);
+        }
+        if resp.compact_revision == compact_revision && resp.hash != hash {
+            tracing::warn!("leader-hash" = hash, "follower-hash" = resp.hash, "follower-peer-id" = %follower,
+                "same compact revision then hashes must match");
+            suspect.get_or_insert(peer.member);
+        }
+    }
+    tracing::info!(
+        "number-of-peers-checked" = checked,
+        "finished peer corruption check"
+    );
+    if let Some(member) = suspect {
+        let raise = AlarmRequest {
+            action: AlarmAction::Activate as i32,
+            member_id: member,
+            alarm: AlarmType::Corrupt as i32,
+        };
+        server
+            .alarm(raise)
+            .await
+            .map_err(|e| format!("failed to raise the CORRUPT alarm: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The leader's periodic check, every `interval`, until shutdown.
+pub async fn run_periodic(
+    server: Arc<EtcdServer>,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    tracing::info!("local-member-id" = %format!("{:x}", server.member.id), interval = ?interval,
+        "enabled corruption checking");
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = shutdown.changed() => return,
+        }
+        if !server.raft.status().is_leader {
+            continue;
+        }
+        if let Err(e) = check_as_leader(&server).await {
+            tracing::warn!(error = %e, "failed to check hash KV");
+        }
+    }
+}
+
+/// A member's HashKV for its peers.
+pub struct MaintenancePeerService {
+    server: Arc<EtcdServer>,
+}
+
+impl MaintenancePeerService {
+    pub fn server(server: Arc<EtcdServer>) -> MaintenancePeerServer<MaintenancePeerService> {
+        MaintenancePeerServer::new(MaintenancePeerService { server })
+    }
+}
+
+#[tonic::async_trait]
+impl MaintenancePeer for MaintenancePeerService {
+    async fn hash_kv(
+        &self,
+        request: Request<HashKvRequest>,
+    ) -> Result<Response<HashKvResponse>, Status> {
+        let revision = request.into_inner().revision;
+        let (hash, compact_revision, hash_revision) = self
+            .server
+            .store
+            .hash_kv(revision)
+            .map_err(|e| errors::from_mvcc(&e).status())?;
+        Ok(Response::new(HashKvResponse {
+            header: Some(self.server.header(self.server.store.current_revision())),
+            hash,
+            compact_revision,
+            hash_revision,
+        }))
+    }
+}
+
+/// Raises the CORRUPT alarm for this member, through raft, when a read
+/// meets a damaged record (mvcc's corruption observer). Once raised it
+/// stays (the alarm is persisted) until an operator disarms it; a later
+/// damaged read raises it again.
+pub fn raise_on_damaged_reads(
+    server: &Arc<EtcdServer>,
+    mut shutdown: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let damaged = Arc::new(tokio::sync::Notify::new());
+    let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    {
+        let damaged = damaged.clone();
+        server.store.set_corruption_observer(Arc::new(move |e| {
+            // every read of a damaged key meets it: log the first of each
+            // power of two
+            let count = seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            if count.is_power_of_two() {
+                tracing::error!(error = %e, "damaged-reads" = count, "the backend holds damaged data");
+            }
+            damaged.notify_one();
+        }));
+    }
+    let server = Arc::downgrade(server);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = damaged.notified() => {}
+                _ = shutdown.wait_for(|stop| *stop) => return,
+            }
+            let Some(server) = server.upgrade() else {
+                return;
+            };
+            let me = server.member.id;
+            let raised = server
+                .alarms
+                .get(AlarmType::Corrupt as i32)
+                .iter()
+                .any(|a| a.member_id == me);
+            if raised {
+                continue;
+            }
+            let raise = AlarmRequest {
+                action: AlarmAction::Activate as i32,
+                member_id: me,
+                alarm: AlarmType::Corrupt as i32,
+            };
+            if let Err(e) = server.alarm(raise).await {
+                tracing::warn!(error = %e, "failed to raise the CORRUPT alarm for damaged data; retrying at the next damaged read");
+            }
+        }
+    })
+}

@@ -1,0 +1,280 @@
+//! Prometheus metrics with etcd's names, help strings, labels and buckets
+//! (etcd 3.5's etcdserver/metrics.go, mvcc/metrics.go, wal/metrics.go,
+//! mvcc/backend/metrics.go), served on /metrics.
+//!
+//! The hot path pays only atomics: histograms and counters are prometheus
+//! atomics observed by the WAL's and the backend's observers, the proposal
+//! path and the gRPC layer ([`grpc`]). Everything that is a state (leader,
+//! indexes, sizes, key count) is read at scrape time by [`Metrics::refresh`]
+//! from `RaftHandle::status()` and the store, so it costs nothing between
+//! scrapes.
+//!
+//! One registry per member (tests run several members in one process).
+
+pub mod grpc;
+pub mod network;
+pub mod ops;
+pub mod store;
+
+use std::time::Duration;
+
+use prometheus::{
+    exponential_buckets, Encoder, Histogram, HistogramOpts, IntCounter, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
+};
+
+use crate::server::EtcdServer;
+use crate::server::{CLUSTER_VERSION, ETCD_VERSION};
+
+/// What promhttp answers with for the text format.
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+pub struct Metrics {
+    registry: Registry,
+    pub wal_fsync: Histogram,
+    pub backend_commit: Histogram,
+    pub proposals_pending: IntGauge,
+    pub proposals_failed: IntCounter,
+    pub health_success: IntCounter,
+    pub health_failures: IntCounter,
+    pub grpc: grpc::GrpcMetrics,
+    pub network: std::sync::Arc<network::NetworkMetrics>,
+    pub ops: ops::OpsMetrics,
+    store: store::StoreMetrics,
+    has_leader: IntGauge,
+    is_leader: IntGauge,
+    is_learner: IntGauge,
+    leader_changes: IntCounter,
+    proposals_committed: IntGauge,
+    proposals_applied: IntGauge,
+    db_total_size: IntGauge,
+    db_total_size_in_use: IntGauge,
+    debugging_db_total_size: IntGauge,
+    keys_total: IntGauge,
+    current_revision: IntGauge,
+    compact_revision: IntGauge,
+    quota_backend_bytes: IntGauge,
+    /// Serializes refreshes: the leader-change counter advances by deltas.
+    refresh: parking_lot::Mutex<()>,
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
+    let gauge = IntGauge::new(name, help).expect("valid metric");
+    registry
+        .register(Box::new(gauge.clone()))
+        .expect("metric registered once");
+    gauge
+}
+
+fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
+    let counter = IntCounter::new(name, help).expect("valid metric");
+    registry
+        .register(Box::new(counter.clone()))
+        .expect("metric registered once");
+    counter
+}
+
+/// etcd's disk latency buckets: 1 ms doubling 14 times (to ~8 s).
+fn disk_histogram(registry: &Registry, name: &str, help: &str) -> Histogram {
+    let buckets = exponential_buckets(0.001, 2.0, 14).expect("valid buckets");
+    let histogram =
+        Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).expect("valid");
+    registry
+        .register(Box::new(histogram.clone()))
+        .expect("metric registered once");
+    histogram
+}
+
+/// A gauge set to 1 with one label, as etcd's version and ID gauges.
+fn info_gauge(registry: &Registry, name: &str, help: &str, label: &str, value: &str) {
+    let vec = IntGaugeVec::new(Opts::new(name, help), &[label]).expect("valid metric");
+    vec.with_label_values(&[value]).set(1);
+    registry
+        .register(Box::new(vec))
+        .expect("metric registered once");
+}
+
+impl Metrics {
+    /// `extensive`: `--metrics extensive` (gRPC handling time histograms).
+    pub fn new(member_id: u64, extensive: bool) -> Metrics {
+        let registry = Registry::new();
+        #[cfg(target_os = "linux")]
+        {
+            let process = prometheus::process_collector::ProcessCollector::for_self();
+            if let Err(e) = registry.register(Box::new(process)) {
+                tracing::warn!(error = %e, "process metrics unavailable");
+            }
+        }
+        let r = &registry;
+        info_gauge(
+            r,
+            "etcd_server_version",
+            "Which version is running. 1 for 'server_version' label with current version.",
+            "server_version",
+            ETCD_VERSION,
+        );
+        info_gauge(
+            r,
+            "etcd_cluster_version",
+            "Which version is running. 1 for 'cluster_version' label with current cluster version",
+            "cluster_version",
+            CLUSTER_VERSION,
+        );
+        info_gauge(
+            r,
+            "etcd_server_id",
+            "Server or member ID in hexadecimal format. 1 for 'server_id' label with current ID.",
+            "server_id",
+            &format!("{member_id:x}"),
+        );
+        Metrics {
+            wal_fsync: disk_histogram(
+                r,
+                "etcd_disk_wal_fsync_duration_seconds",
+                "The latency distributions of fsync called by WAL.",
+            ),
+            backend_commit: disk_histogram(
+                r,
+                "etcd_disk_backend_commit_duration_seconds",
+                "The latency distributions of commit called by backend.",
+            ),
+            has_leader: gauge(
+                r,
+                "etcd_server_has_leader",
+                "Whether or not a leader exists. 1 is existence, 0 is not.",
+            ),
+            is_leader: gauge(
+                r,
+                "etcd_server_is_leader",
+                "Whether or not this member is a leader. 1 if is, 0 otherwise.",
+            ),
+            is_learner: gauge(
+                r,
+                "etcd_server_is_learner",
+                "Whether or not this member is a learner. 1 if is, 0 otherwise.",
+            ),
+            leader_changes: counter(
+                r,
+                "etcd_server_leader_changes_seen_total",
+                "The number of leader changes seen.",
+            ),
+            proposals_committed: gauge(
+                r,
+                "etcd_server_proposals_committed_total",
+                "The total number of consensus proposals committed.",
+            ),
+            proposals_applied: gauge(
+                r,
+                "etcd_server_proposals_applied_total",
+                "The total number of consensus proposals applied.",
+            ),
+            proposals_pending: gauge(
+                r,
+                "etcd_server_proposals_pending",
+                "The current number of pending proposals to commit.",
+            ),
+            proposals_failed: counter(
+                r,
+                "etcd_server_proposals_failed_total",
+                "The total number of failed proposals seen.",
+            ),
+            health_success: counter(
+                r,
+                "etcd_server_health_success",
+                "The total number of successful health checks",
+            ),
+            health_failures: counter(
+                r,
+                "etcd_server_health_failures",
+                "The total number of failed health checks",
+            ),
+            quota_backend_bytes: gauge(
+                r,
+                "etcd_server_quota_backend_bytes",
+                "Current backend storage quota size in bytes.",
+            ),
+            db_total_size: gauge(
+                r,
+                "etcd_mvcc_db_total_size_in_bytes",
+                "Total size of the underlying database physically allocated in bytes.",
+            ),
+            db_total_size_in_use: gauge(
+                r,
+                "etcd_mvcc_db_total_size_in_use_in_bytes",
+                "Total size of the underlying database logically in use in bytes.",
+            ),
+            current_revision: gauge(
+                r,
+                "etcd_debugging_mvcc_current_revision",
+                "The current revision of store.",
+            ),
+            compact_revision: gauge(
+                r,
+                "etcd_debugging_mvcc_compact_revision",
+                "The revision of the last compaction in store.",
+            ),
+            // etcd 3.4's name for the db size (3.5 dropped it); 3.4-era
+            // dashboards still read it.
+            debugging_db_total_size: gauge(
+                r,
+                "etcd_debugging_mvcc_db_total_size_in_bytes",
+                "Total size of the underlying database physically allocated in bytes.",
+            ),
+            keys_total: gauge(r, "etcd_debugging_mvcc_keys_total", "Total number of keys."),
+            grpc: grpc::GrpcMetrics::new(r, extensive),
+            network: std::sync::Arc::new(network::NetworkMetrics::new(r, member_id)),
+            ops: ops::OpsMetrics::new(r),
+            store: store::StoreMetrics::new(r),
+            refresh: parking_lot::Mutex::new(()),
+            registry,
+        }
+    }
+
+    /// The WAL's fdatasync observer.
+    pub fn wal_sync_observer(&self) -> consensus::wal::SyncObserver {
+        let histogram = self.wal_fsync.clone();
+        consensus::wal::SyncObserver(std::sync::Arc::new(move |took: Duration| {
+            histogram.observe(took.as_secs_f64())
+        }))
+    }
+
+    /// The backend's commit observer.
+    pub fn backend_commit_observer(&self) -> mvcc::CommitObserver {
+        let histogram = self.backend_commit.clone();
+        std::sync::Arc::new(move |took: Duration| histogram.observe(took.as_secs_f64()))
+    }
+
+    /// Reads the member's state into the gauges (at scrape time).
+    pub fn refresh(&self, server: &EtcdServer) {
+        let _serialized = self.refresh.lock();
+        let status = server.raft.status();
+        self.has_leader.set(i64::from(status.leader != 0));
+        self.is_leader.set(i64::from(status.is_leader));
+        self.is_learner.set(0);
+        let seen = self.leader_changes.get();
+        if status.leader_changes > seen {
+            self.leader_changes.inc_by(status.leader_changes - seen);
+        }
+        self.proposals_committed.set(status.commit_index as i64);
+        self.proposals_applied.set(server.applied_index() as i64);
+        self.quota_backend_bytes.set(server.cfg.quota_backend_bytes);
+        let size = server.store.db_size();
+        self.db_total_size.set(size);
+        self.debugging_db_total_size.set(size);
+        self.db_total_size_in_use.set(server.store.db_size_in_use());
+        self.keys_total.set(server.store.index_len() as i64);
+        self.current_revision.set(server.store.current_revision());
+        self.compact_revision.set(server.store.compact_revision());
+        self.store.refresh(&server.store);
+    }
+
+    /// The text exposition of every metric, refreshed first.
+    pub fn render(&self, server: &EtcdServer) -> Vec<u8> {
+        self.refresh(server);
+        let mut out = Vec::with_capacity(64 * 1024);
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            tracing::warn!(error = %e, "encoding metrics failed");
+        }
+        out
+    }
+}

@@ -1,0 +1,88 @@
+//! The Cluster service: membership as this member knows it. Changing
+//! membership arrives with the multi-member issue (Unimplemented until then).
+
+use std::sync::Arc;
+
+use api::etcdserverpb::cluster_server::Cluster;
+use api::etcdserverpb::{
+    Member as PbMember, MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse,
+    MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse,
+    MemberUpdateRequest, MemberUpdateResponse,
+};
+use tonic::{Request, Response, Status};
+
+use crate::check_require_leader;
+use etcdserver::EtcdServer;
+
+pub struct ClusterService {
+    server: Arc<EtcdServer>,
+}
+
+impl ClusterService {
+    pub fn new(server: Arc<EtcdServer>) -> Self {
+        ClusterService { server }
+    }
+}
+
+#[tonic::async_trait]
+impl Cluster for ClusterService {
+    async fn member_add(
+        &self,
+        _: Request<MemberAddRequest>,
+    ) -> Result<Response<MemberAddResponse>, Status> {
+        Err(Status::unimplemented("MemberAdd is not implemented yet"))
+    }
+
+    async fn member_remove(
+        &self,
+        _: Request<MemberRemoveRequest>,
+    ) -> Result<Response<MemberRemoveResponse>, Status> {
+        Err(Status::unimplemented("MemberRemove is not implemented yet"))
+    }
+
+    async fn member_update(
+        &self,
+        _: Request<MemberUpdateRequest>,
+    ) -> Result<Response<MemberUpdateResponse>, Status> {
+        Err(Status::unimplemented("MemberUpdate is not implemented yet"))
+    }
+
+    async fn member_list(
+        &self,
+        request: Request<MemberListRequest>,
+    ) -> Result<Response<MemberListResponse>, Status> {
+        check_require_leader(&self.server, &request)?;
+        if request.get_ref().linearizable {
+            self.server.linearizable_read_notify().await?;
+        }
+        // Ordered by ID, as etcd lists them.
+        let members: Vec<PbMember> = self
+            .server
+            .members
+            .list()
+            .into_iter()
+            .map(|m| PbMember {
+                id: m.id,
+                name: m.name,
+                peer_ur_ls: m.peer_urls,
+                client_ur_ls: m.client_urls,
+                is_learner: m.is_learner,
+            })
+            .collect();
+        // etcd's cluster server header carries no revision.
+        let header = self.server.header(0);
+        Ok(Response::new(MemberListResponse {
+            header: Some(header),
+            members,
+        }))
+    }
+
+    async fn member_promote(
+        &self,
+        _: Request<MemberPromoteRequest>,
+    ) -> Result<Response<MemberPromoteResponse>, Status> {
+        Err(Status::unimplemented(
+            "MemberPromote is not implemented yet",
+        ))
+    }
+}

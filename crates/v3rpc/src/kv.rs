@@ -1,0 +1,161 @@
+//! The KV service (etcd's api/v3rpc/key.go + the read path of v3_server.go).
+
+use std::sync::Arc;
+
+use api::etcdserverpb::kv_server::Kv;
+use api::etcdserverpb::{
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
+    InternalRaftRequest, PutRequest, PutResponse, RangeRequest, RangeResponse, TxnRequest,
+    TxnResponse,
+};
+use tonic::{Request, Response, Status};
+
+use crate::check_require_leader;
+use crate::checks;
+use etcdserver::apply::ApplyResponse;
+use etcdserver::errors;
+use etcdserver::EtcdServer;
+
+pub struct KvService {
+    server: Arc<EtcdServer>,
+}
+
+impl KvService {
+    pub fn new(server: Arc<EtcdServer>) -> Self {
+        KvService { server }
+    }
+
+    async fn propose(&self, request: InternalRaftRequest) -> Result<ApplyResponse, Status> {
+        self.server.propose(request).await.map_err(Status::from)
+    }
+}
+
+fn unexpected() -> Status {
+    Status::internal("etcdserver: unexpected apply response")
+}
+
+#[tonic::async_trait]
+impl Kv for KvService {
+    async fn range(
+        &self,
+        request: Request<RangeRequest>,
+    ) -> Result<Response<RangeResponse>, Status> {
+        check_require_leader(&self.server, &request)?;
+        let req = request.into_inner();
+        checks::check_range(&req)?;
+        if !req.serializable {
+            self.server.linearizable_read_notify().await?;
+        }
+        let mut resp = self
+            .server
+            .store
+            .range(&req)
+            .map_err(|e| errors::from_mvcc(&e))?;
+        self.server.fill_header(&mut resp.header);
+        Ok(Response::new(resp))
+    }
+
+    async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        check_require_leader(&self.server, &request)?;
+        let req = request.into_inner();
+        checks::check_put(&req)?;
+        self.server
+            .check_quota(etcdserver::alarms::cost_put(&req))
+            .await?;
+        match self
+            .propose(InternalRaftRequest {
+                put: Some(req),
+                ..Default::default()
+            })
+            .await?
+        {
+            ApplyResponse::Put(mut resp) => {
+                self.server.fill_header(&mut resp.header);
+                Ok(Response::new(resp))
+            }
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn delete_range(
+        &self,
+        request: Request<DeleteRangeRequest>,
+    ) -> Result<Response<DeleteRangeResponse>, Status> {
+        check_require_leader(&self.server, &request)?;
+        let req = request.into_inner();
+        checks::check_delete(&req)?;
+        match self
+            .propose(InternalRaftRequest {
+                delete_range: Some(req),
+                ..Default::default()
+            })
+            .await?
+        {
+            ApplyResponse::DeleteRange(mut resp) => {
+                self.server.fill_header(&mut resp.header);
+                Ok(Response::new(resp))
+            }
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
+        check_require_leader(&self.server, &request)?;
+        let req = request.into_inner();
+        checks::check_txn(&req, self.server.cfg.max_txn_ops)?;
+        let mut resp = if checks::txn_is_read_only(&req) {
+            if !checks::txn_is_serializable(&req) {
+                self.server.linearizable_read_notify().await?;
+            }
+            // A read-only txn never reaches raft; it is evaluated on a write
+            // handle that changes nothing, hence records no index.
+            self.server
+                .store
+                .read_txn(&req)
+                .map_err(|e| errors::from_mvcc(&e))?
+        } else {
+            self.server
+                .check_quota(etcdserver::alarms::cost_txn(&req))
+                .await?;
+            match self
+                .propose(InternalRaftRequest {
+                    txn: Some(req),
+                    ..Default::default()
+                })
+                .await?
+            {
+                ApplyResponse::Txn(resp) => resp,
+                _ => return Err(unexpected()),
+            }
+        };
+        fill_txn_headers(&self.server, &mut resp);
+        Ok(Response::new(resp))
+    }
+
+    async fn compact(
+        &self,
+        request: Request<CompactionRequest>,
+    ) -> Result<Response<CompactionResponse>, Status> {
+        check_require_leader(&self.server, &request)?;
+        let req = request.into_inner();
+        match self
+            .propose(InternalRaftRequest {
+                compaction: Some(req),
+                ..Default::default()
+            })
+            .await?
+        {
+            ApplyResponse::Compaction(mut resp) => {
+                self.server.fill_header(&mut resp.header);
+                Ok(Response::new(resp))
+            }
+            _ => Err(unexpected()),
+        }
+    }
+}
+
+/// etcd fills only the top-level header; nested responses keep just the
+/// revision the apply set.
+fn fill_txn_headers(server: &EtcdServer, resp: &mut TxnResponse) {
+    server.fill_header(&mut resp.header);
+}

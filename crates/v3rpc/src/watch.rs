@@ -1,0 +1,366 @@
+//! The Watch service (etcd's api/v3rpc/watch.go): one bidirectional stream
+//! carries many watchers of the member's own applied state.
+//!
+//! Each stream is one task. It drains the stream's mvcc queue (created and
+//! canceled responses, events, progress answers, all in the order mvcc put
+//! them) into gRPC, and between drains reads the client's requests, ticks
+//! progress notifications and watches for a lost leader. Writes never wait
+//! for it: when gRPC does not keep up, the queue fills and mvcc moves the
+//! stream's watchers aside until the queue drains.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::etcdserverpb::watch_create_request::FilterType;
+use api::etcdserverpb::watch_server::Watch;
+use api::etcdserverpb::{
+    watch_request, RangeRequest, WatchCreateRequest, WatchRequest, WatchResponse,
+};
+use api::mvccpb::event::EventType;
+use api::rpctypes;
+use futures::{Stream, StreamExt};
+use mvcc::{WatchOptions, WatchStream, INVALID_WATCH_ID};
+use prost::Message;
+use tokio::sync::{mpsc, watch, Notify};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::REQUIRE_LEADER_KEY;
+use etcdserver::config::GRPC_OVERHEAD_BYTES;
+use etcdserver::EtcdServer;
+
+/// Responses handed to gRPC ahead of the client's reads; beyond it the
+/// stream's mvcc queue takes the slack (and bounds it).
+const OUTBOUND_BUFFER: usize = 16;
+/// etcd's minWatchProgressInterval.
+const MIN_PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
+/// Election timeouts without a leader before require-leader streams are
+/// canceled (etcd's maxNoLeaderCnt).
+const MAX_NO_LEADER_COUNT: u32 = 3;
+
+pub struct WatchService {
+    server: Arc<EtcdServer>,
+    /// Becomes true when the member stops: open streams end with
+    /// "etcdserver: server stopped" instead of holding the listener open.
+    shutdown: watch::Receiver<bool>,
+}
+
+impl WatchService {
+    pub fn new(server: Arc<EtcdServer>, shutdown: watch::Receiver<bool>) -> Self {
+        WatchService { server, shutdown }
+    }
+}
+
+pub type ResponseStream = Pin<Box<dyn Stream<Item = Result<WatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Watch for WatchService {
+    type WatchStream = ResponseStream;
+
+    async fn watch(
+        &self,
+        request: Request<Streaming<WatchRequest>>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let require_leader = request
+            .metadata()
+            .get(REQUIRE_LEADER_KEY)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v == "true");
+        if require_leader && !self.server.has_leader() {
+            return Err(rpctypes::NO_LEADER.status());
+        }
+        Ok(Response::new(
+            self.open(request.into_inner(), require_leader),
+        ))
+    }
+}
+
+impl WatchService {
+    /// Serves one watch stream fed by `inbound` (gRPC's, or the JSON
+    /// gateway's decoded requests).
+    pub fn open<S>(&self, inbound: S, require_leader: bool) -> ResponseStream
+    where
+        S: Stream<Item = Result<WatchRequest, Status>> + Unpin + Send + 'static,
+    {
+        let (outbound, rx) = mpsc::channel(OUTBOUND_BUFFER);
+        let session = Session::new(
+            self.server.clone(),
+            outbound,
+            require_leader,
+            self.shutdown.clone(),
+        );
+        tokio::spawn(session.run(inbound));
+        Box::pin(ReceiverStream::new(rx))
+    }
+}
+
+/// One Watch stream.
+struct Session {
+    server: Arc<EtcdServer>,
+    stream: WatchStream,
+    ready: Arc<Notify>,
+    outbound: mpsc::Sender<Result<WatchResponse, Status>>,
+    require_leader: bool,
+    shutdown: watch::Receiver<bool>,
+}
+
+/// Why a session ends.
+enum End {
+    /// The client went away (or the member is stopping).
+    Gone,
+}
+
+impl Session {
+    fn new(
+        server: Arc<EtcdServer>,
+        outbound: mpsc::Sender<Result<WatchResponse, Status>>,
+        require_leader: bool,
+        shutdown: watch::Receiver<bool>,
+    ) -> Session {
+        let ready = Arc::new(Notify::new());
+        let wake = ready.clone();
+        let stream = server
+            .store
+            .watch_stream(Box::new(move || wake.notify_one()));
+        Session {
+            server,
+            stream,
+            ready,
+            outbound,
+            require_leader,
+            shutdown,
+        }
+    }
+
+    async fn run<S>(self, mut inbound: S)
+    where
+        S: Stream<Item = Result<WatchRequest, Status>> + Unpin,
+    {
+        let _ = self.serve(&mut inbound).await;
+    }
+
+    async fn serve<S>(&self, inbound: &mut S) -> Result<(), End>
+    where
+        S: Stream<Item = Result<WatchRequest, Status>> + Unpin,
+    {
+        let mut shutdown = self.shutdown.clone();
+        let mut progress = progress_ticker(self.server.cfg.watch_progress_notify_interval);
+        let mut leader_check = tokio::time::interval(self.server.cfg.election_timeout);
+        leader_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut no_leader_count = 0;
+        let mut reading = true;
+        loop {
+            while let Some(response) = self.stream.pop() {
+                self.send(response).await?;
+            }
+            tokio::select! {
+                _ = self.ready.notified() => {}
+                request = inbound.next(), if reading => match request {
+                    Some(Ok(request)) => self.handle(request),
+                    // Half-closed: events still flow until the client leaves
+                    // (etcd keeps the stream until its context ends).
+                    None => reading = false,
+                    Some(Err(_)) => return Err(End::Gone),
+                },
+                _ = self.outbound.closed() => return Err(End::Gone),
+                _ = async { drop(shutdown.wait_for(|stop| *stop).await) } => {
+                    let _ = self.outbound.send(Err(rpctypes::STOPPED.status())).await;
+                    return Err(End::Gone);
+                }
+                _ = tick(&mut progress) => self.stream.progress_tick(),
+                _ = leader_check.tick(), if self.require_leader => {
+                    if self.server.has_leader() {
+                        no_leader_count = 0;
+                    } else {
+                        no_leader_count += 1;
+                    }
+                    if no_leader_count >= MAX_NO_LEADER_COUNT {
+                        let _ = self.outbound.send(Err(rpctypes::NO_LEADER.status())).await;
+                        return Err(End::Gone);
+                    }
+                }
+            }
+        }
+    }
+
+    fn handle(&self, request: WatchRequest) {
+        match request.request_union {
+            Some(watch_request::RequestUnion::CreateRequest(create)) => self.create(create),
+            Some(watch_request::RequestUnion::CancelRequest(cancel)) => {
+                // An unknown ID gets no answer, as etcd.
+                let _ = self.stream.cancel(cancel.watch_id);
+            }
+            Some(watch_request::RequestUnion::ProgressRequest(_)) => {
+                self.stream.request_progress_all();
+            }
+            None => {}
+        }
+    }
+
+    fn create(&self, create: WatchCreateRequest) {
+        let options = WatchOptions {
+            id: create.watch_id,
+            key: create.key,
+            range_end: create.range_end,
+            start_revision: create.start_revision,
+            no_put: create.filters.contains(&(FilterType::Noput as i32)),
+            no_delete: create.filters.contains(&(FilterType::Nodelete as i32)),
+            prev_kv: create.prev_kv,
+            progress_notify: create.progress_notify,
+            fragment: create.fragment,
+        };
+        let revision = self.stream.current_revision();
+        if let Err(e) = self.stream.watch(options) {
+            self.stream.push(mvcc::WatchResponse {
+                watch_id: INVALID_WATCH_ID,
+                revision,
+                created: true,
+                canceled: true,
+                cancel_reason: e.to_string(),
+                ..Default::default()
+            });
+        }
+    }
+
+    async fn send(&self, response: mvcc::WatchResponse) -> Result<(), End> {
+        let mut events = response.events;
+        if response.needs_prev_kv {
+            self.fill_prev_kv(&mut events);
+        }
+        let wire = WatchResponse {
+            header: Some(self.server.header(response.revision)),
+            watch_id: response.watch_id,
+            created: response.created,
+            canceled: response.canceled,
+            compact_revision: response.compact_revision,
+            cancel_reason: response.cancel_reason,
+            fragment: false,
+            events,
+        };
+        let limit = self.server.cfg.max_request_bytes + GRPC_OVERHEAD_BYTES;
+        let parts = if response.fragment {
+            fragments(wire, limit)
+        } else {
+            vec![wire]
+        };
+        for part in parts {
+            self.outbound.send(Ok(part)).await.map_err(|_| End::Gone)?;
+        }
+        Ok(())
+    }
+
+    /// Events read back from the backend carry no prev_kv: look it up at
+    /// the revision before, as etcd's sendLoop does (nothing if compacted;
+    /// a create has none).
+    fn fill_prev_kv(&self, events: &mut [api::mvccpb::Event]) {
+        for event in events {
+            let Some(kv) = &event.kv else { continue };
+            let is_create =
+                event.r#type == EventType::Put as i32 && kv.create_revision == kv.mod_revision;
+            if is_create || event.prev_kv.is_some() {
+                continue;
+            }
+            let previous = self.server.store.range(&RangeRequest {
+                key: kv.key.clone(),
+                revision: kv.mod_revision - 1,
+                ..Default::default()
+            });
+            if let Ok(mut previous) = previous {
+                event.prev_kv = previous.kvs.pop();
+            }
+        }
+    }
+}
+
+/// etcd's sendFragments: a response of two or more events whose size
+/// reaches `limit` goes out in parts, each with `fragment` set but the last.
+fn fragments(response: WatchResponse, limit: usize) -> Vec<WatchResponse> {
+    if response.encoded_len() < limit || response.events.len() < 2 {
+        return vec![response];
+    }
+    let mut template = response.clone();
+    template.events = Vec::new();
+    template.fragment = true;
+    let mut parts = Vec::new();
+    let mut current = template.clone();
+    for event in response.events {
+        current.events.push(event);
+        if current.events.len() > 1 && current.encoded_len() >= limit {
+            let overflow = current.events.pop();
+            parts.push(std::mem::replace(&mut current, template.clone()));
+            current.events.extend(overflow);
+        }
+    }
+    current.fragment = false;
+    parts.push(current);
+    parts
+}
+
+fn progress_ticker(interval: Duration) -> Option<tokio::time::Interval> {
+    if interval.is_zero() {
+        return None;
+    }
+    let interval = interval.max(MIN_PROGRESS_INTERVAL);
+    // etcd adds up to a tenth as jitter so that watchers created together do
+    // not all report at once.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() as u64)
+        .unwrap_or(0);
+    let tenth = (interval.as_nanos() / 10).max(1) as u64;
+    let interval = interval + Duration::from_nanos(nanos.wrapping_mul(0x9e37_79b9) % tenth);
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    Some(ticker)
+}
+
+async fn tick(ticker: &mut Option<tokio::time::Interval>) {
+    match ticker {
+        Some(ticker) => {
+            ticker.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use api::mvccpb::{Event, KeyValue};
+
+    fn event(size: usize) -> Event {
+        Event {
+            kv: Some(KeyValue {
+                key: "k".into(),
+                value: vec![b'x'; size].into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn fragments_split_at_the_limit_and_mark_all_but_the_last() {
+        let response = WatchResponse {
+            watch_id: 3,
+            events: (0..10).map(|_| event(100)).collect(),
+            ..Default::default()
+        };
+        assert_eq!(fragments(response.clone(), 10_000).len(), 1);
+        let parts = fragments(response, 350);
+        assert!(parts.len() > 1);
+        assert_eq!(parts.iter().map(|p| p.events.len()).sum::<usize>(), 10);
+        assert!(parts[..parts.len() - 1].iter().all(|p| p.fragment));
+        assert!(!parts.last().unwrap().fragment);
+        assert!(parts
+            .iter()
+            .all(|p| p.watch_id == 3 && !p.events.is_empty()));
+        // One event is never split, however large.
+        let single = WatchResponse {
+            events: vec![event(1000)],
+            ..Default::default()
+        };
+        assert_eq!(fragments(single, 10).len(), 1);
+    }
+}

@@ -13,7 +13,7 @@ const GRPC_PACKAGES: &[&str] = &["/etcdserverpb.", "/v3electionpb.", "/v3lockpb.
 
 /// grpc-go's test of a gRPC request's content type: `application/grpc`,
 /// alone or followed by `+subtype` or `;parameters`.
-pub fn is_grpc_content_type(value: &[u8]) -> bool {
+pub(crate) fn is_grpc_content_type(value: &[u8]) -> bool {
     match value.strip_prefix(b"application/grpc") {
         Some(rest) => rest.is_empty() || rest[0] == b'+' || rest[0] == b';',
         None => false,
@@ -38,7 +38,7 @@ pub fn is_grpc_content_type(value: &[u8]) -> bool {
 /// Without it a browser's "simple request" (HTTP/1.1, `text/plain`) to
 /// `/etcdserverpb.KV/Put` wrote a key.
 #[derive(Clone, Copy, Default)]
-pub struct GrpcGuardLayer;
+pub(crate) struct GrpcGuardLayer;
 
 impl<S> tower::Layer<S> for GrpcGuardLayer {
     type Service = GrpcGuard<S>;
@@ -49,7 +49,7 @@ impl<S> tower::Layer<S> for GrpcGuardLayer {
 }
 
 #[derive(Clone)]
-pub struct GrpcGuard<S> {
+pub(crate) struct GrpcGuard<S> {
     inner: S,
 }
 
@@ -62,7 +62,7 @@ type Refusal = http::Response<axum::body::Body>;
 /// ticks of tokio's timer wheel. A deadline no longer than this is
 /// exceeded at once, without running the call, as in etcd, whose handlers
 /// find such a context already done.
-pub const DEADLINE_MARGIN: std::time::Duration = std::time::Duration::from_millis(1);
+pub(crate) const DEADLINE_MARGIN: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// A `grpc-timeout` header's duration (gRPC's format: at most 8 digits and
 /// a unit); None when absent or malformed (tonic ignores those too).
@@ -193,7 +193,7 @@ fn unknown_method_message(path: &str) -> String {
 
 pin_project_lite::pin_project! {
     #[project = GuardProjection]
-    pub enum GuardFuture<F> {
+    pub(crate) enum GuardFuture<F> {
         Refused { refusal: Option<Refusal> },
         Inner {
             #[pin]
@@ -269,7 +269,7 @@ fn percent_encode(text: &str) -> String {
 /// grpc-go (etcd) answers ResourceExhausted "grpc: received message larger
 /// than max (N vs. M)". Such a refusal is a trailers-only response: the
 /// status is in the headers.
-pub fn rewrite_oversized_request<B>(mut response: http::Response<B>) -> http::Response<B> {
+pub(crate) fn rewrite_oversized_request<B>(mut response: http::Response<B>) -> http::Response<B> {
     let headers = response.headers_mut();
     if headers.get("grpc-status").and_then(|v| v.to_str().ok()) != Some("11") {
         return response;

@@ -12,7 +12,7 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
-pub struct EtcdJsonFormat;
+pub(crate) struct EtcdJsonFormat;
 
 struct JsonFields {
     msg: String,
@@ -55,7 +55,7 @@ impl JsonFields {
     }
 }
 
-pub fn json_string(s: &str) -> String {
+pub(crate) fn json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

@@ -18,7 +18,7 @@ use crate::{cors, method_not_allowed, plain_error};
 use etcdserver::EtcdServer;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Health {
+pub(crate) struct Health {
     pub healthy: bool,
     pub reason: String,
 }
@@ -38,7 +38,7 @@ impl Health {
         }
     }
 
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         format!(
             "{{\"health\":\"{}\",\"reason\":{}}}",
             self.healthy,
@@ -62,7 +62,11 @@ fn active_alarms(server: &EtcdServer) -> Vec<&'static str> {
 }
 
 /// etcd's checkHealth + checkV3Health.
-pub async fn check(server: &EtcdServer, excluded_alarms: &[String], serializable: bool) -> Health {
+pub(crate) async fn check(
+    server: &EtcdServer,
+    excluded_alarms: &[String],
+    serializable: bool,
+) -> Health {
     for alarm in active_alarms(server) {
         if excluded_alarms.iter().any(|excluded| excluded == alarm) {
             continue;
@@ -119,7 +123,10 @@ fn query_values(uri: &http::Uri, name: &str) -> Vec<String> {
         .collect()
 }
 
-pub async fn serve(server: Arc<EtcdServer>, request: http::Request<Body>) -> http::Response<Body> {
+pub(crate) async fn serve(
+    server: Arc<EtcdServer>,
+    request: http::Request<Body>,
+) -> http::Response<Body> {
     if request.method() == Method::OPTIONS {
         return crate::options_ok();
     }

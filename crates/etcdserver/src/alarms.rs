@@ -24,7 +24,7 @@ pub const MAX_QUOTA_BYTES: i64 = 8 * 1024 * 1024 * 1024;
 
 /// The apply-side restriction the raised alarms impose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Restriction {
+pub(crate) enum Restriction {
     None,
     /// NOSPACE: no write that grows the database.
     Capped,
@@ -40,7 +40,7 @@ pub struct Alarms {
 
 impl Alarms {
     /// Replaces every alarm with the backend's records.
-    pub fn recover(&self, records: impl IntoIterator<Item = Vec<u8>>) {
+    pub(crate) fn recover(&self, records: impl IntoIterator<Item = Vec<u8>>) {
         let mut raised = self.raised.lock();
         raised.clear();
         for record in records {
@@ -54,7 +54,7 @@ impl Alarms {
     }
 
     /// Raises an alarm; Some(the alarm) if it was not raised yet.
-    pub fn activate(&self, member: u64, alarm: i32) -> Option<AlarmMember> {
+    pub(crate) fn activate(&self, member: u64, alarm: i32) -> Option<AlarmMember> {
         if alarm == AlarmType::None as i32 {
             return None;
         }
@@ -68,7 +68,7 @@ impl Alarms {
     }
 
     /// Clears an alarm; Some(the alarm) if it was raised.
-    pub fn deactivate(&self, member: u64, alarm: i32) -> Option<AlarmMember> {
+    pub(crate) fn deactivate(&self, member: u64, alarm: i32) -> Option<AlarmMember> {
         self.raised
             .lock()
             .remove(&(member, alarm))
@@ -91,7 +91,7 @@ impl Alarms {
             .collect()
     }
 
-    pub fn restriction(&self) -> Restriction {
+    pub(crate) fn restriction(&self) -> Restriction {
         let raised = self.raised.lock();
         if raised.iter().any(|(_, a)| *a == AlarmType::Corrupt as i32) {
             Restriction::Corrupt
@@ -104,7 +104,7 @@ impl Alarms {
 }
 
 /// etcd's AlarmMember String(): `memberID:N alarm:NAME ` (as in Status errors).
-pub fn describe(m: &AlarmMember) -> String {
+pub(crate) fn describe(m: &AlarmMember) -> String {
     let name = AlarmType::try_from(m.alarm)
         .map(|a| a.as_str_name().to_string())
         .unwrap_or_else(|_| m.alarm.to_string());
@@ -141,7 +141,7 @@ pub fn cost_txn(req: &TxnRequest) -> i64 {
     branch(&req.success).max(branch(&req.failure))
 }
 
-pub fn cost_lease_grant() -> i64 {
+pub(crate) fn cost_lease_grant() -> i64 {
     LEASE_OVERHEAD
 }
 

@@ -39,11 +39,11 @@ use crate::wait::Wait;
 use lease::Lessor;
 
 /// etcd's backend batch limits: commit at least every 100 ms or 10k ops.
-pub const BACKEND_BATCH_INTERVAL: Duration = Duration::from_millis(100);
-pub const BACKEND_BATCH_LIMIT: usize = 10_000;
+pub(crate) const BACKEND_BATCH_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const BACKEND_BATCH_LIMIT: usize = 10_000;
 /// The largest batch applied inline on the raft thread: more entries would
 /// hold up its next Ready (heartbeats, the next fdatasync) for too long.
-pub const INLINE_APPLY_MAX_ENTRIES: usize = 16;
+pub(crate) const INLINE_APPLY_MAX_ENTRIES: usize = 16;
 
 #[derive(Debug, Clone)]
 pub enum ApplyResponse {
@@ -84,7 +84,7 @@ pub struct Applier {
 /// Apply stopped at an entry it cannot carry out; the member's [`Fatal`]
 /// holds the cause.
 #[derive(Debug)]
-pub struct Halted;
+pub(crate) struct Halted;
 
 /// Why a request was not carried out.
 enum ApplyError {

@@ -82,7 +82,7 @@ pub fn parse_url(url: &str) -> Result<SocketAddr, StartError> {
 /// A member restarted on a volume that filled up (it stopped on ENOSPC)
 /// would replay its log, stop the same way and append WAL records each
 /// time: below this much free space it refuses to start, writing nothing.
-pub const MIN_FREE_BYTES_TO_START: u64 = 1 << 20;
+pub(crate) const MIN_FREE_BYTES_TO_START: u64 = 1 << 20;
 
 /// Refuses a data dir on a full volume; warns when the volume cannot hold
 /// two WAL segments (the member then stops, whole, when it fills).
@@ -144,7 +144,7 @@ pub struct Identity {
 }
 
 /// The members named by `--initial-cluster`, with etcd's IDs.
-pub fn initial_members(cfg: &ServerConfig) -> Result<Vec<MemberInfo>, StartError> {
+pub(crate) fn initial_members(cfg: &ServerConfig) -> Result<Vec<MemberInfo>, StartError> {
     let cluster =
         membership::parse_initial_cluster(&cfg.initial_cluster).map_err(StartError::Config)?;
     Ok(cluster
@@ -238,7 +238,7 @@ pub fn identity(cfg: &ServerConfig) -> Result<Identity, StartError> {
     })
 }
 
-pub fn check_backend_is_ours(path: &Path) -> Result<(), StartError> {
+pub(crate) fn check_backend_is_ours(path: &Path) -> Result<(), StartError> {
     use schema::backend_file::{inspect, Kind};
     match inspect(path) {
         Kind::Absent | Kind::Ours => Ok(()),

@@ -23,7 +23,7 @@ pub enum AutoCompaction {
 }
 
 /// etcd's revision compactor checks every 5 minutes (revInterval).
-pub const REVISION_CHECK_INTERVAL: Duration = Duration::from_secs(5 * 60);
+pub(crate) const REVISION_CHECK_INTERVAL: Duration = Duration::from_secs(5 * 60);
 /// The periodic compactor samples the revision this many times per period.
 const RETRY_DIVISOR: u32 = 10;
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use parking_lot::RwLock;
-pub use schema::members::Member;
+pub(crate) use schema::members::Member;
 
 /// The cluster's members as this member knows them: bootstrapped from
 /// `--initial-cluster`, kept in the backend's members table, and updated
@@ -22,7 +22,7 @@ impl ClusterMembers {
 
     /// Replaces the whole list (a snapshot installed from the leader). An
     /// empty list leaves the current one: a snapshot always has members.
-    pub fn replace(&self, members: Vec<Member>) {
+    pub(crate) fn replace(&self, members: Vec<Member>) {
         if !members.is_empty() {
             *self.members.write() = members.into_iter().map(|m| (m.id, m)).collect();
         }
@@ -39,7 +39,12 @@ impl ClusterMembers {
 
     /// Applies a published name and client URLs; returns the updated
     /// member, or None for a member this cluster does not have.
-    pub fn set_attributes(&self, id: u64, name: &str, client_urls: &[String]) -> Option<Member> {
+    pub(crate) fn set_attributes(
+        &self,
+        id: u64,
+        name: &str,
+        client_urls: &[String],
+    ) -> Option<Member> {
         let mut members = self.members.write();
         let m = members.get_mut(&id)?;
         m.name = name.to_string();

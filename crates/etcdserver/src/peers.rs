@@ -15,13 +15,13 @@ use crate::membership::ClusterMembers;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
-pub struct PeerChannels {
+pub(crate) struct PeerChannels {
     channels: Mutex<HashMap<u64, (String, Channel)>>,
 }
 
 impl PeerChannels {
     /// The channel to `member`'s first peer URL; None if it has none.
-    pub fn channel(&self, members: &ClusterMembers, member: u64) -> Option<Channel> {
+    pub(crate) fn channel(&self, members: &ClusterMembers, member: u64) -> Option<Channel> {
         let url = members.get(member)?.peer_urls.first()?.clone();
         let mut channels = self.channels.lock();
         if let Some((known, channel)) = channels.get(&member) {

@@ -25,7 +25,7 @@ use lease::Lessor;
 
 /// etcd refuses new proposals once apply lags commit by this many entries
 /// (maxGapBetweenApplyAndCommitIndex): the backlog is bounded.
-pub const MAX_GAP_BETWEEN_APPLY_AND_COMMIT: u64 = 5000;
+pub(crate) const MAX_GAP_BETWEEN_APPLY_AND_COMMIT: u64 = 5000;
 
 /// How often a request waiting for a leader looks again (a tenth of etcd's
 /// default heartbeat would be too busy; elections take ≥ one election timeout).

@@ -22,7 +22,7 @@ impl<T> Default for Wait<T> {
 impl<T> Wait<T> {
     /// The receiver of `id`'s outcome; after [`Wait::close`], one that
     /// fails at once (its sender is dropped).
-    pub fn register(&self, id: u64) -> oneshot::Receiver<T> {
+    pub(crate) fn register(&self, id: u64) -> oneshot::Receiver<T> {
         let (tx, rx) = oneshot::channel();
         if let Some(waiters) = self.waiters.lock().as_mut() {
             let previous = waiters.insert(id, tx);
@@ -33,30 +33,22 @@ impl<T> Wait<T> {
 
     /// Apply has stopped for good: every waiter, present and future, fails
     /// now (its caller answers "server stopped") instead of at its timeout.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.waiters.lock().take();
     }
 
     /// Wakes the waiter of `id`, if this member has one (a request proposed
     /// by another member, or one whose caller gave up, has none).
-    pub fn trigger(&self, id: u64, value: T) {
+    pub(crate) fn trigger(&self, id: u64, value: T) {
         let tx = self.waiters.lock().as_mut().and_then(|w| w.remove(&id));
         if let Some(tx) = tx {
             let _ = tx.send(value);
         }
     }
 
-    pub fn cancel(&self, id: u64) {
+    pub(crate) fn cancel(&self, id: u64) {
         if let Some(waiters) = self.waiters.lock().as_mut() {
             waiters.remove(&id);
         }
-    }
-
-    pub fn len(&self) -> usize {
-        self.waiters.lock().as_ref().map_or(0, HashMap::len)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }

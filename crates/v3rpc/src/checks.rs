@@ -9,7 +9,7 @@ use api::etcdserverpb::request_op::Request;
 use api::etcdserverpb::{DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest};
 use api::rpctypes::{self, EtcdError};
 
-pub fn check_range(r: &RangeRequest) -> Result<(), EtcdError> {
+pub(crate) fn check_range(r: &RangeRequest) -> Result<(), EtcdError> {
     if r.key.is_empty() {
         return Err(rpctypes::EMPTY_KEY);
     }
@@ -19,7 +19,7 @@ pub fn check_range(r: &RangeRequest) -> Result<(), EtcdError> {
     Ok(())
 }
 
-pub fn check_put(r: &PutRequest) -> Result<(), EtcdError> {
+pub(crate) fn check_put(r: &PutRequest) -> Result<(), EtcdError> {
     if r.key.is_empty() {
         return Err(rpctypes::EMPTY_KEY);
     }
@@ -32,7 +32,7 @@ pub fn check_put(r: &PutRequest) -> Result<(), EtcdError> {
     Ok(())
 }
 
-pub fn check_delete(r: &DeleteRangeRequest) -> Result<(), EtcdError> {
+pub(crate) fn check_delete(r: &DeleteRangeRequest) -> Result<(), EtcdError> {
     if r.key.is_empty() {
         return Err(rpctypes::EMPTY_KEY);
     }
@@ -40,7 +40,7 @@ pub fn check_delete(r: &DeleteRangeRequest) -> Result<(), EtcdError> {
 }
 
 /// etcd's checkTxnRequest followed by checkIntervals on both branches.
-pub fn check_txn(r: &TxnRequest, max_txn_ops: usize) -> Result<(), EtcdError> {
+pub(crate) fn check_txn(r: &TxnRequest, max_txn_ops: usize) -> Result<(), EtcdError> {
     check_txn_ops(r, max_txn_ops)?;
     check_intervals(&r.success)?;
     check_intervals(&r.failure)?;
@@ -150,7 +150,7 @@ fn check_intervals(reqs: &[RequestOp]) -> Result<(HashSet<Vec<u8>>, Vec<Interval
 }
 
 /// A txn whose every op is a range never goes through raft (etcd's isTxnReadonly).
-pub fn txn_is_read_only(r: &TxnRequest) -> bool {
+pub(crate) fn txn_is_read_only(r: &TxnRequest) -> bool {
     r.success
         .iter()
         .chain(r.failure.iter())
@@ -158,7 +158,7 @@ pub fn txn_is_read_only(r: &TxnRequest) -> bool {
 }
 
 /// A read-only txn whose every range is serializable skips the ReadIndex round.
-pub fn txn_is_serializable(r: &TxnRequest) -> bool {
+pub(crate) fn txn_is_serializable(r: &TxnRequest) -> bool {
     r.success
         .iter()
         .chain(r.failure.iter())

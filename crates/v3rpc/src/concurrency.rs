@@ -34,21 +34,21 @@ use etcdserver::EtcdServer;
 
 /// concurrency's defaultSessionTTL: a session without a lease grants one of
 /// this many seconds (and, orphaned at once, never keeps it alive).
-pub const SESSION_TTL_SECONDS: i64 = 60;
+pub(crate) const SESSION_TTL_SECONDS: i64 = 60;
 
 /// An error as clientv3 hands it to the recipes' caller: etcd's message with
 /// gRPC code Unknown (see the module doc).
-pub fn client_error(status: Status) -> Status {
+pub(crate) fn client_error(status: Status) -> Status {
     Status::unknown(status.message())
 }
 
 /// A plain Go error returned by a gRPC handler (grpc-go: code Unknown).
-pub fn go_error(message: &str) -> Status {
+pub(crate) fn go_error(message: &str) -> Status {
     Status::unknown(message)
 }
 
 /// Go's `fmt.Sprintf("%x", leaseID)`: a negative ID keeps its sign.
-pub fn go_hex(value: i64) -> String {
+pub(crate) fn go_hex(value: i64) -> String {
     if value < 0 {
         format!("-{:x}", value.unsigned_abs())
     } else {
@@ -57,7 +57,7 @@ pub fn go_hex(value: i64) -> String {
 }
 
 /// clientv3.GetPrefixRangeEnd: the first key after every key with `prefix`.
-pub fn prefix_range_end(prefix: &[u8]) -> Vec<u8> {
+pub(crate) fn prefix_range_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < 0xff {
@@ -71,7 +71,7 @@ pub fn prefix_range_end(prefix: &[u8]) -> Vec<u8> {
 
 /// clientv3.WithFirstCreate / WithLastCreate: the oldest (or newest) key
 /// under `prefix`.
-pub fn first_created(prefix: &[u8], order: SortOrder) -> RangeRequest {
+pub(crate) fn first_created(prefix: &[u8], order: SortOrder) -> RangeRequest {
     RangeRequest {
         key: prefix.to_vec().into(),
         range_end: prefix_range_end(prefix).into(),
@@ -83,7 +83,7 @@ pub fn first_created(prefix: &[u8], order: SortOrder) -> RangeRequest {
 }
 
 /// `CreateRevision(key) == revision`.
-pub fn create_revision_is(key: &[u8], revision: i64) -> Compare {
+pub(crate) fn create_revision_is(key: &[u8], revision: i64) -> Compare {
     Compare {
         result: CompareResult::Equal as i32,
         target: CompareTarget::Create as i32,
@@ -93,7 +93,7 @@ pub fn create_revision_is(key: &[u8], revision: i64) -> Compare {
     }
 }
 
-pub fn put_op(key: &[u8], value: &[u8], lease: i64) -> RequestOp {
+pub(crate) fn put_op(key: &[u8], value: &[u8], lease: i64) -> RequestOp {
     RequestOp {
         request: Some(Op::RequestPut(PutRequest {
             key: key.to_vec().into(),
@@ -104,20 +104,20 @@ pub fn put_op(key: &[u8], value: &[u8], lease: i64) -> RequestOp {
     }
 }
 
-pub fn range_op(range: RangeRequest) -> RequestOp {
+pub(crate) fn range_op(range: RangeRequest) -> RequestOp {
     RequestOp {
         request: Some(Op::RequestRange(range)),
     }
 }
 
-pub fn get_key(key: &[u8]) -> RangeRequest {
+pub(crate) fn get_key(key: &[u8]) -> RangeRequest {
     RangeRequest {
         key: key.to_vec().into(),
         ..Default::default()
     }
 }
 
-pub fn delete_op(key: &[u8]) -> RequestOp {
+pub(crate) fn delete_op(key: &[u8]) -> RequestOp {
     RequestOp {
         request: Some(Op::RequestDeleteRange(DeleteRangeRequest {
             key: key.to_vec().into(),
@@ -127,7 +127,7 @@ pub fn delete_op(key: &[u8]) -> RequestOp {
 }
 
 /// The kvs of a txn's `index`-th response, if it was a range.
-pub fn txn_range_kvs(resp: &TxnResponse, index: usize) -> &[KeyValue] {
+pub(crate) fn txn_range_kvs(resp: &TxnResponse, index: usize) -> &[KeyValue] {
     use api::etcdserverpb::response_op::Response as OpResponse;
     match resp.responses.get(index).and_then(|r| r.response.as_ref()) {
         Some(OpResponse::ResponseRange(range)) => &range.kvs,
@@ -149,7 +149,7 @@ impl LocalClient {
         LocalClient { server, shutdown }
     }
 
-    pub fn server(&self) -> &Arc<EtcdServer> {
+    pub(crate) fn server(&self) -> &Arc<EtcdServer> {
         &self.server
     }
 
@@ -157,7 +157,7 @@ impl LocalClient {
         KvService::new(self.server.clone())
     }
 
-    pub async fn txn(&self, request: TxnRequest) -> Result<TxnResponse, Status> {
+    pub(crate) async fn txn(&self, request: TxnRequest) -> Result<TxnResponse, Status> {
         self.kv()
             .txn(Request::new(request))
             .await
@@ -166,7 +166,7 @@ impl LocalClient {
     }
 
     /// A linearizable Get.
-    pub async fn range(&self, request: RangeRequest) -> Result<RangeResponse, Status> {
+    pub(crate) async fn range(&self, request: RangeRequest) -> Result<RangeResponse, Status> {
         self.kv()
             .range(Request::new(request))
             .await
@@ -174,7 +174,7 @@ impl LocalClient {
             .map_err(client_error)
     }
 
-    pub async fn delete(&self, key: &[u8]) -> Result<DeleteRangeResponse, Status> {
+    pub(crate) async fn delete(&self, key: &[u8]) -> Result<DeleteRangeResponse, Status> {
         let request = DeleteRangeRequest {
             key: key.to_vec().into(),
             ..Default::default()
@@ -188,7 +188,7 @@ impl LocalClient {
 
     /// concurrency.NewSession(WithLease(lease)) then Orphan(): the lease to
     /// use, granted here (60 s, never kept alive) when `lease` is 0.
-    pub async fn session(&self, lease: i64) -> Result<i64, Status> {
+    pub(crate) async fn session(&self, lease: i64) -> Result<i64, Status> {
         if lease != 0 {
             return Ok(lease);
         }
@@ -204,7 +204,7 @@ impl LocalClient {
     }
 
     /// Watches `key` (to `range_end`) from `start_revision`.
-    pub fn watch(
+    pub(crate) fn watch(
         &self,
         key: &[u8],
         range_end: &[u8],
@@ -235,7 +235,7 @@ impl LocalClient {
     /// concurrency's waitDeletes: waits until no key under `prefix` with a
     /// create revision ≤ `max_create_revision` is left, newest first, and
     /// returns the header of the last Get (which found none).
-    pub async fn wait_deletes(
+    pub(crate) async fn wait_deletes(
         &self,
         prefix: &[u8],
         max_create_revision: i64,
@@ -266,7 +266,7 @@ impl LocalClient {
 }
 
 /// One watcher on a watch stream of its own (clientv3's Watch channel).
-pub struct KeyWatch {
+pub(crate) struct KeyWatch {
     server: Arc<EtcdServer>,
     stream: WatchStream,
     ready: Arc<Notify>,
@@ -277,7 +277,7 @@ impl KeyWatch {
     /// The next response with events: its header and events. A compacted
     /// start revision ends the watch with etcd's error, as clientv3's
     /// `WatchResponse.Err()` reports it.
-    pub async fn next(&mut self) -> Result<(ResponseHeader, Vec<Event>), Status> {
+    pub(crate) async fn next(&mut self) -> Result<(ResponseHeader, Vec<Event>), Status> {
         loop {
             while let Some(response) = self.stream.pop() {
                 if response.compact_revision != 0 {
@@ -302,7 +302,7 @@ impl KeyWatch {
 
 /// What a recipe undoes when its caller goes away mid-wait (etcd runs it
 /// with the client's own context once the request's context is done).
-pub enum Cleanup {
+pub(crate) enum Cleanup {
     /// Mutex.Unlock: delete the waiter's key.
     Delete(Vec<u8>),
     /// Election.Resign: delete the candidate's key if it is still ours.
@@ -310,7 +310,7 @@ pub enum Cleanup {
 }
 
 impl Cleanup {
-    pub async fn run(self, client: &LocalClient) -> Result<(), Status> {
+    pub(crate) async fn run(self, client: &LocalClient) -> Result<(), Status> {
         match self {
             Cleanup::Delete(key) => client.delete(&key).await.map(drop),
             Cleanup::Resign { key, revision } => client
@@ -327,7 +327,7 @@ impl Cleanup {
 
 /// Runs its cleanup in the background if dropped while armed: tonic drops a
 /// handler's future when the client cancels the call.
-pub struct CleanupOnDrop {
+pub(crate) struct CleanupOnDrop {
     client: LocalClient,
     cleanup: Option<Cleanup>,
 }
@@ -342,7 +342,7 @@ impl CleanupOnDrop {
 
     /// The wait ended normally: nothing to undo on drop. Returns the cleanup
     /// for the caller to run itself if it needs to.
-    pub fn disarm(mut self) -> Option<Cleanup> {
+    pub(crate) fn disarm(mut self) -> Option<Cleanup> {
         self.cleanup.take()
     }
 }

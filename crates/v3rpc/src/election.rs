@@ -29,11 +29,11 @@ use crate::concurrency::{
 };
 
 /// v3election's ErrMissingLeaderKey.
-pub const MISSING_LEADER_KEY: &str = "\"leader\" field must be provided";
+pub(crate) const MISSING_LEADER_KEY: &str = "\"leader\" field must be provided";
 /// concurrency.ErrElectionNotLeader.
-pub const NOT_LEADER: &str = "election: not leader";
+pub(crate) const NOT_LEADER: &str = "election: not leader";
 /// concurrency.ErrElectionNoLeader.
-pub const NO_LEADER: &str = "election: no leader";
+pub(crate) const NO_LEADER: &str = "election: no leader";
 
 /// Leader responses handed to gRPC ahead of the observer's reads (etcd's
 /// observe channel is unbuffered; a few let the watch keep draining).

@@ -21,7 +21,7 @@ use crate::concurrency::{
 
 /// concurrency.ErrSessionExpired (etcd 3.5's Mutex checks its key is still
 /// there after waiting).
-pub const SESSION_EXPIRED: &str = "mutex: session is expired";
+pub(crate) const SESSION_EXPIRED: &str = "mutex: session is expired";
 
 pub struct LockService {
     client: LocalClient,

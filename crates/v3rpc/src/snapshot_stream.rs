@@ -34,7 +34,7 @@ use etcdserver::EtcdServer;
 /// Chunks queued between the file reader and the gRPC stream (256 KiB):
 /// enough to keep the stream busy, small enough that a stalled client pins
 /// almost no memory.
-pub const SNAPSHOT_STREAM_QUEUE: usize = 8;
+pub(crate) const SNAPSHOT_STREAM_QUEUE: usize = 8;
 
 /// Tells concurrent snapshots' temporary files apart.
 static NEXT_SNAPSHOT: AtomicU64 = AtomicU64::new(0);
@@ -42,7 +42,7 @@ static NEXT_SNAPSHOT: AtomicU64 = AtomicU64::new(0);
 type Item = Result<SnapshotResponse, Status>;
 
 /// Starts copying the backend and returns the stream of responses.
-pub fn start(server: Arc<EtcdServer>) -> ReceiverStream<Item> {
+pub(crate) fn start(server: Arc<EtcdServer>) -> ReceiverStream<Item> {
     let (tx, rx) = mpsc::channel(SNAPSHOT_STREAM_QUEUE);
     let temp = server.cfg.member_dir().join("snap").join(format!(
         "{TEMP_PREFIX}{}-{}{TEMP_SUFFIX}",

@@ -15,11 +15,11 @@ use tonic::Status;
 /// deep as the gRPC decoder does (`api::codec::MAX_TXN_DEPTH`), where
 /// serde_json's default limit (128) stopped at 42 levels. Past it the body
 /// is refused before it is parsed, which bounds the parser's recursion.
-pub const MAX_DEPTH: usize = 3 * api::codec::MAX_TXN_DEPTH + 8;
+pub(crate) const MAX_DEPTH: usize = 3 * api::codec::MAX_TXN_DEPTH + 8;
 
 /// How deeply `body` nests objects and arrays (strings skipped; a body that
 /// is not JSON is measured all the same and refused later by the parser).
-pub fn nesting_depth(body: &[u8]) -> usize {
+pub(crate) fn nesting_depth(body: &[u8]) -> usize {
     let (mut depth, mut deepest) = (0usize, 0usize);
     let (mut in_string, mut escaped) = (false, false);
     for &b in body {
@@ -47,13 +47,13 @@ pub fn nesting_depth(body: &[u8]) -> usize {
 
 /// A protobuf enum: its full name (which jsonpb's errors give) and the
 /// names of its values, by number.
-pub struct EnumType {
+pub(crate) struct EnumType {
     pub name: &'static str,
     pub values: &'static [&'static str],
 }
 
 /// Writes one JSON object, field by field, leaving zero values out.
-pub struct Obj<'a> {
+pub(crate) struct Obj<'a> {
     out: &'a mut String,
     empty: bool,
 }
@@ -74,11 +74,11 @@ impl<'a> Obj<'a> {
         self.out.push_str("\":");
     }
 
-    pub fn end(self) {
+    pub(crate) fn end(self) {
         self.out.push('}');
     }
 
-    pub fn int(&mut self, name: &str, value: impl Into<i128>) -> &mut Self {
+    pub(crate) fn int(&mut self, name: &str, value: impl Into<i128>) -> &mut Self {
         let value = value.into();
         if value != 0 {
             self.key(name);
@@ -90,7 +90,7 @@ impl<'a> Obj<'a> {
     }
 
     /// A 32-bit integer: a JSON number.
-    pub fn int32(&mut self, name: &str, value: i64) -> &mut Self {
+    pub(crate) fn int32(&mut self, name: &str, value: i64) -> &mut Self {
         if value != 0 {
             self.key(name);
             self.out.push_str(&value.to_string());
@@ -98,7 +98,7 @@ impl<'a> Obj<'a> {
         self
     }
 
-    pub fn bool(&mut self, name: &str, value: bool) -> &mut Self {
+    pub(crate) fn bool(&mut self, name: &str, value: bool) -> &mut Self {
         if value {
             self.key(name);
             self.out.push_str("true");
@@ -106,7 +106,7 @@ impl<'a> Obj<'a> {
         self
     }
 
-    pub fn bytes(&mut self, name: &str, value: &[u8]) -> &mut Self {
+    pub(crate) fn bytes(&mut self, name: &str, value: &[u8]) -> &mut Self {
         if !value.is_empty() {
             self.key(name);
             self.out.push('"');
@@ -116,7 +116,7 @@ impl<'a> Obj<'a> {
         self
     }
 
-    pub fn str(&mut self, name: &str, value: &str) -> &mut Self {
+    pub(crate) fn str(&mut self, name: &str, value: &str) -> &mut Self {
         if !value.is_empty() {
             self.key(name);
             push_string(self.out, value);
@@ -125,7 +125,7 @@ impl<'a> Obj<'a> {
     }
 
     /// An enum by name; the zero value is left out.
-    pub fn enumeration(&mut self, name: &str, number: i32, kind: &EnumType) -> &mut Self {
+    pub(crate) fn enumeration(&mut self, name: &str, number: i32, kind: &EnumType) -> &mut Self {
         if number != 0 {
             self.key(name);
             match usize::try_from(number)
@@ -139,7 +139,7 @@ impl<'a> Obj<'a> {
         self
     }
 
-    pub fn bytes_list<B: AsRef<[u8]>>(&mut self, name: &str, values: &[B]) -> &mut Self {
+    pub(crate) fn bytes_list<B: AsRef<[u8]>>(&mut self, name: &str, values: &[B]) -> &mut Self {
         if !values.is_empty() {
             self.key(name);
             self.out.push('[');
@@ -156,7 +156,7 @@ impl<'a> Obj<'a> {
         self
     }
 
-    pub fn strings(&mut self, name: &str, values: &[String]) -> &mut Self {
+    pub(crate) fn strings(&mut self, name: &str, values: &[String]) -> &mut Self {
         if !values.is_empty() {
             self.key(name);
             self.out.push('[');
@@ -172,7 +172,7 @@ impl<'a> Obj<'a> {
     }
 
     /// A message field; None is left out.
-    pub fn msg<T>(
+    pub(crate) fn msg<T>(
         &mut self,
         name: &str,
         value: Option<&T>,
@@ -185,7 +185,12 @@ impl<'a> Obj<'a> {
         self
     }
 
-    pub fn msgs<T>(&mut self, name: &str, values: &[T], write: fn(&mut String, &T)) -> &mut Self {
+    pub(crate) fn msgs<T>(
+        &mut self,
+        name: &str,
+        values: &[T],
+        write: fn(&mut String, &T),
+    ) -> &mut Self {
         if !values.is_empty() {
             self.key(name);
             self.out.push('[');
@@ -209,7 +214,7 @@ fn push_string(out: &mut String, text: &str) {
 }
 
 /// Reads fields of one JSON object of a request.
-pub struct Fields<'a> {
+pub(crate) struct Fields<'a> {
     map: Option<&'a Map<String, Value>>,
 }
 
@@ -235,7 +240,7 @@ fn camel_case(name: &str) -> String {
 }
 
 impl<'a> Fields<'a> {
-    pub fn of(value: &'a Value) -> Result<Fields<'a>, Status> {
+    pub(crate) fn of(value: &'a Value) -> Result<Fields<'a>, Status> {
         match value {
             Value::Object(map) => Ok(Fields { map: Some(map) }),
             Value::Null => Ok(Fields { map: None }),
@@ -246,13 +251,13 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub fn get(&self, name: &str) -> Option<&'a Value> {
+    pub(crate) fn get(&self, name: &str) -> Option<&'a Value> {
         let map = self.map?;
         let value = map.get(name).or_else(|| map.get(&camel_case(name)))?;
         (!value.is_null()).then_some(value)
     }
 
-    pub fn int(&self, name: &str) -> Result<i64, Status> {
+    pub(crate) fn int(&self, name: &str) -> Result<i64, Status> {
         match self.get(name) {
             None => Ok(0),
             Some(Value::Number(n)) => n
@@ -269,7 +274,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub fn uint(&self, name: &str) -> Result<u64, Status> {
+    pub(crate) fn uint(&self, name: &str) -> Result<u64, Status> {
         match self.get(name) {
             None => Ok(0),
             Some(Value::Number(n)) => n
@@ -285,7 +290,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub fn bool(&self, name: &str) -> Result<bool, Status> {
+    pub(crate) fn bool(&self, name: &str) -> Result<bool, Status> {
         match self.get(name) {
             None => Ok(false),
             Some(Value::Bool(b)) => Ok(*b),
@@ -296,7 +301,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub fn string(&self, name: &str) -> Result<String, Status> {
+    pub(crate) fn string(&self, name: &str) -> Result<String, Status> {
         match self.get(name) {
             None => Ok(String::new()),
             Some(Value::String(s)) => Ok(s.clone()),
@@ -307,7 +312,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub fn strings(&self, name: &str) -> Result<Vec<String>, Status> {
+    pub(crate) fn strings(&self, name: &str) -> Result<Vec<String>, Status> {
         self.list(name)?
             .iter()
             .map(|item| match item {
@@ -320,7 +325,7 @@ impl<'a> Fields<'a> {
             .collect()
     }
 
-    pub fn bytes(&self, name: &str) -> Result<Vec<u8>, Status> {
+    pub(crate) fn bytes(&self, name: &str) -> Result<Vec<u8>, Status> {
         match self.get(name) {
             None => Ok(Vec::new()),
             Some(Value::String(s)) => decode_base64(s),
@@ -331,7 +336,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub fn enumeration(&self, name: &str, kind: &EnumType) -> Result<i32, Status> {
+    pub(crate) fn enumeration(&self, name: &str, kind: &EnumType) -> Result<i32, Status> {
         match self.get(name) {
             None => Ok(0),
             Some(Value::Number(n)) => n
@@ -355,7 +360,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub fn list(&self, name: &str) -> Result<&'a [Value], Status> {
+    pub(crate) fn list(&self, name: &str) -> Result<&'a [Value], Status> {
         match self.get(name) {
             None => Ok(&[]),
             Some(Value::Array(items)) => Ok(items),
@@ -366,7 +371,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub fn msg(&self, name: &str) -> Option<&'a Value> {
+    pub(crate) fn msg(&self, name: &str) -> Option<&'a Value> {
         self.get(name)
     }
 }
@@ -374,7 +379,7 @@ impl<'a> Fields<'a> {
 /// A JSON syntax error in the words of Go's encoding/json, which is what
 /// grpc-gateway answers ("invalid character 'x' looking for beginning of
 /// value", "unexpected EOF"); serde_json's own words for the rarer ones.
-pub fn syntax_error(input: &[u8], error: &serde_json::Error) -> String {
+pub(crate) fn syntax_error(input: &[u8], error: &serde_json::Error) -> String {
     if error.classify() == serde_json::error::Category::Eof {
         return "unexpected EOF".to_string();
     }

@@ -15,8 +15,8 @@
 //! arrive ([`serve_bidi`]). etcd 3.5 serves no HashKV route (its gateway
 //! answers 404), so neither do we.
 
-pub mod json;
-pub mod messages;
+pub(crate) mod json;
+pub(crate) mod messages;
 mod stream;
 
 use std::future::Future;
@@ -51,7 +51,7 @@ use v3rpc::maintenance::MaintenanceService;
 use v3rpc::watch::{ResponseStream as WatchStream, WatchService};
 
 /// Path prefixes the gateway answers under.
-pub const PREFIXES: [&str; 2] = ["/v3/", "/v3beta/"];
+pub(crate) const PREFIXES: [&str; 2] = ["/v3/", "/v3beta/"];
 
 /// The services the gateway calls.
 pub struct Gateway {
@@ -91,14 +91,14 @@ impl Gateway {
 }
 
 /// What a route answers with: one JSON message, or a stream of lines.
-pub enum Answer {
+pub(crate) enum Answer {
     Message(String),
     Lines(ResultLines),
 }
 
 type RouteFuture<'a> = Pin<Box<dyn Future<Output = Result<Answer, Status>> + Send + 'a>>;
 /// A route that takes one JSON request: unary or server-streaming.
-pub type Route = for<'a> fn(&'a Gateway, Value) -> RouteFuture<'a>;
+pub(crate) type Route = for<'a> fn(&'a Gateway, Value) -> RouteFuture<'a>;
 
 /// Decodes the request, calls the unary method, encodes its answer.
 fn call<'a, Req, Resp, F, Fut>(value: Value, method: F) -> RouteFuture<'a>
@@ -181,7 +181,7 @@ unary!(lock_unlock, lock.unlock);
 
 /// Routes that take one request, under each of [`PREFIXES`] (etcd's
 /// google.api.http annotations).
-pub const ROUTES: &[(&str, Route)] = &[
+pub(crate) const ROUTES: &[(&str, Route)] = &[
     ("kv/range", kv_range),
     ("kv/put", kv_put),
     ("kv/deleterange", kv_delete_range),
@@ -247,7 +247,7 @@ fn http_status(code: Code) -> StatusCode {
 }
 
 /// The body of a failed call, etcd 3.5's field order.
-pub fn error_body(status: &Status) -> String {
+pub(crate) fn error_body(status: &Status) -> String {
     let message = serde_json::to_string(status.message()).unwrap_or_else(|_| "\"\"".into());
     format!(
         "{{\"error\":{message},\"code\":{},\"message\":{message}}}",
@@ -277,7 +277,7 @@ fn error_response(status: &Status) -> http::Response<Body> {
 }
 
 /// Serves one route that takes one request.
-pub async fn serve_route(
+pub(crate) async fn serve_route(
     gateway: Arc<Gateway>,
     route: Route,
     request: http::Request<Body>,
@@ -316,7 +316,7 @@ pub async fn serve_route(
 }
 
 /// The gateway's routes, to merge into the client listener's router.
-pub fn router(gateway: Arc<Gateway>) -> axum::Router {
+pub(crate) fn router(gateway: Arc<Gateway>) -> axum::Router {
     let mut router = axum::Router::new();
     for prefix in PREFIXES {
         for (path, route) in ROUTES {

@@ -27,10 +27,11 @@ use crate::{cors, method_not_allowed, options_ok};
 const STREAM_REQUEST_QUEUE: usize = 16;
 
 /// The requests of a bidirectional stream, decoded from the body.
-pub type Inbound<Req> = ReceiverStream<Result<Req, Status>>;
+pub(crate) type Inbound<Req> = ReceiverStream<Result<Req, Status>>;
 
 /// A stream of `{"result":...}` lines (and a last error line on failure).
-pub type ResultLines = Pin<Box<dyn Stream<Item = Result<Bytes, std::convert::Infallible>> + Send>>;
+pub(crate) type ResultLines =
+    Pin<Box<dyn Stream<Item = Result<Bytes, std::convert::Infallible>> + Send>>;
 
 /// Splits a body of concatenated JSON values, chunk by chunk.
 struct JsonValues {
@@ -133,7 +134,7 @@ fn stream_error_line(status: &Status) -> Bytes {
 /// Serves a bidirectional stream route (watch, lease/keepalive): the body
 /// is a stream of JSON requests, the answer a stream of `{"result":...}`
 /// lines. The stream `open` returns ends the answer.
-pub async fn serve_bidi<Req, Resp, S>(
+pub(crate) async fn serve_bidi<Req, Resp, S>(
     gateway: Arc<Gateway>,
     request: http::Request<Body>,
     open: fn(&Gateway, Inbound<Req>) -> S,
@@ -226,7 +227,7 @@ where
 }
 
 /// 200 with a body of result lines, and grpc-gateway's headers.
-pub fn lines_response(lines: ResultLines) -> http::Response<Body> {
+pub(crate) fn lines_response(lines: ResultLines) -> http::Response<Body> {
     let mut response = http::Response::new(Body::from_stream(lines));
     let headers = response.headers_mut();
     headers.insert(
@@ -242,7 +243,7 @@ pub fn lines_response(lines: ResultLines) -> http::Response<Body> {
 
 /// Each response as one `{"result":...}` line; an error ends the stream
 /// with grpc-gateway's error line.
-pub fn result_lines<S, T>(
+pub(crate) fn result_lines<S, T>(
     responses: S,
 ) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>>
 where

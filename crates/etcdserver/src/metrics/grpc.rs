@@ -413,7 +413,7 @@ where
 
 pin_project_lite::pin_project! {
     /// A gRPC request body whose messages are counted as they arrive.
-    pub struct CountedRequestBody<B> {
+    pub(crate) struct CountedRequestBody<B> {
         #[pin]
         inner: B,
         framing: MessageFraming,

@@ -12,9 +12,9 @@
 //! One registry per member (tests run several members in one process).
 
 pub mod grpc;
-pub mod network;
-pub mod ops;
-pub mod store;
+pub(crate) mod network;
+pub(crate) mod ops;
+pub(crate) mod store;
 
 use std::time::Duration;
 
@@ -245,7 +245,7 @@ impl Metrics {
     }
 
     /// Reads the member's state into the gauges (at scrape time).
-    pub fn refresh(&self, server: &EtcdServer) {
+    pub(crate) fn refresh(&self, server: &EtcdServer) {
         let _serialized = self.refresh.lock();
         let status = server.raft.status();
         self.has_leader.set(i64::from(status.leader != 0));

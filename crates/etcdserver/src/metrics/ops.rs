@@ -12,12 +12,12 @@ use prometheus::{
 use super::{counter, gauge};
 
 /// etcd's warnApplyDuration: an apply slower than this is a slow apply.
-pub const SLOW_APPLY: Duration = Duration::from_millis(100);
+pub(crate) const SLOW_APPLY: Duration = Duration::from_millis(100);
 
 /// The request kinds an entry applies, by etcd's op label. The
 /// discriminant indexes [`OpsMetrics`]'s series ([`ApplyOp::ALL`] order).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum ApplyOp {
+pub(crate) enum ApplyOp {
     Put,
     DeleteRange,
     Txn,
@@ -172,7 +172,7 @@ impl OpsMetrics {
     }
 
     /// One applied entry of kind `op`, begun at `started`.
-    pub fn applied(&self, op: ApplyOp, succeeded: bool, started: Instant) {
+    pub(crate) fn applied(&self, op: ApplyOp, succeeded: bool, started: Instant) {
         let took = started.elapsed();
         self.apply[op as usize][usize::from(succeeded)].observe(took.as_secs_f64());
         if took > SLOW_APPLY {

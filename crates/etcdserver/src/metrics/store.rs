@@ -7,7 +7,7 @@ use prometheus::{IntCounter, IntGauge, Registry};
 
 use super::{counter, gauge};
 
-pub struct StoreMetrics {
+pub(crate) struct StoreMetrics {
     ranges: IntCounter,
     debugging_ranges: IntCounter,
     puts: IntCounter,

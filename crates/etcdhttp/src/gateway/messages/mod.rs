@@ -18,16 +18,16 @@ use tonic::Status;
 use super::json::{Fields, Obj};
 
 /// Turns a JSON request body into a request message.
-pub trait FromJson: Sized {
+pub(crate) trait FromJson: Sized {
     fn from_json(value: &Value) -> Result<Self, Status>;
 }
 
 /// Writes a response message as JSON.
-pub trait ToJson {
+pub(crate) trait ToJson {
     fn to_json(&self, out: &mut String);
 }
 
-pub fn to_json_string<T: ToJson>(message: &T) -> String {
+pub(crate) fn to_json_string<T: ToJson>(message: &T) -> String {
     let mut out = String::with_capacity(256);
     message.to_json(&mut out);
     out

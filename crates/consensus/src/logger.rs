@@ -10,7 +10,7 @@ use std::fmt::{self, Write as _};
 use slog::{Drain, Key, Level, OwnedKVList, Record, Serializer, KV};
 
 /// The slog drain that forwards to `tracing`.
-pub struct TracingDrain;
+pub(crate) struct TracingDrain;
 
 struct Collect {
     raft_id: Option<u64>,
@@ -57,6 +57,6 @@ impl Drain for TracingDrain {
 }
 
 /// A slog logger for raft-rs that writes through `tracing`.
-pub fn raft_logger() -> slog::Logger {
+pub(crate) fn raft_logger() -> slog::Logger {
     slog::Logger::root(TracingDrain, slog::o!())
 }

@@ -29,10 +29,10 @@ use raft::eraftpb::Snapshot;
 use crate::wal::sync_dir;
 
 /// Snapshot files kept on disk (etcd's `--max-snapshots` default is 5).
-pub const KEEP_SNAPSHOTS: usize = 5;
+pub(crate) const KEEP_SNAPSHOTS: usize = 5;
 
-pub const SNAP_MAGIC: &[u8; 8] = b"oxcdsnap";
-pub const SNAP_FORMAT_VERSION: u32 = 1;
+pub(crate) const SNAP_MAGIC: &[u8; 8] = b"oxcdsnap";
+pub(crate) const SNAP_FORMAT_VERSION: u32 = 1;
 const SNAP_HEADER_LEN: usize = 20;
 
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +54,7 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SnapError + '_ {
     }
 }
 
-pub fn snap_name(term: u64, index: u64) -> String {
+pub(crate) fn snap_name(term: u64, index: u64) -> String {
     format!("{term:016x}-{index:016x}.snap")
 }
 
@@ -71,7 +71,7 @@ fn parse_snap_name(name: &str) -> Option<(u64, u64)> {
 }
 
 /// Encodes a snapshot file.
-pub fn encode(snapshot: &Snapshot) -> Vec<u8> {
+pub(crate) fn encode(snapshot: &Snapshot) -> Vec<u8> {
     let body = snapshot.write_to_bytes().expect("encode raft snapshot");
     let mut out = Vec::with_capacity(SNAP_HEADER_LEN + body.len());
     out.extend_from_slice(SNAP_MAGIC);
@@ -83,7 +83,7 @@ pub fn encode(snapshot: &Snapshot) -> Vec<u8> {
 }
 
 /// Decodes a snapshot file.
-pub fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
+pub(crate) fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
     if bytes.len() < SNAP_HEADER_LEN {
         return Err("shorter than the header".into());
     }
@@ -107,7 +107,7 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
 }
 
 /// Reads and writes the snapshot files of one member.
-pub struct Snapshotter {
+pub(crate) struct Snapshotter {
     dir: PathBuf,
 }
 
@@ -120,7 +120,7 @@ impl Snapshotter {
     }
 
     /// Snapshot files as (term, index, path), newest (highest index) first.
-    pub fn list(&self) -> Result<Vec<(u64, u64, PathBuf)>, SnapError> {
+    pub(crate) fn list(&self) -> Result<Vec<(u64, u64, PathBuf)>, SnapError> {
         let mut files = Vec::new();
         for entry in fs::read_dir(&self.dir).map_err(io_err(&self.dir))? {
             let entry = entry.map_err(io_err(&self.dir))?;
@@ -134,7 +134,7 @@ impl Snapshotter {
     }
 
     /// Durably writes `snapshot` and deletes all but the newest [`KEEP_SNAPSHOTS`].
-    pub fn save(&self, snapshot: &Snapshot) -> Result<PathBuf, SnapError> {
+    pub(crate) fn save(&self, snapshot: &Snapshot) -> Result<PathBuf, SnapError> {
         let meta = snapshot.get_metadata();
         let path = self.dir.join(snap_name(meta.term, meta.index));
         let tmp = path.with_extension("snap.tmp");
@@ -154,7 +154,7 @@ impl Snapshotter {
     }
 
     /// The newest snapshot file that decodes; broken files are set aside.
-    pub fn load_newest(&self) -> Result<Option<Snapshot>, SnapError> {
+    pub(crate) fn load_newest(&self) -> Result<Option<Snapshot>, SnapError> {
         for (term, index, path) in self.list()? {
             let bytes = fs::read(&path).map_err(io_err(&path))?;
             match decode(&bytes) {

@@ -11,15 +11,15 @@ use crate::key_index::KeyIndexTree;
 use crate::revision::{Revision, RevisionKey};
 use crate::MvccError;
 
-pub const KEY_TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("key");
-pub const META_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+pub(crate) const KEY_TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("key");
+pub(crate) const META_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 /// Cluster membership as the apply layer records it: member ID (u64) →
 /// an opaque record the server encodes (etcd keeps a "members" bucket).
-pub const MEMBERS_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("members");
+pub(crate) const MEMBERS_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("members");
 /// Leases: lease ID (i64 as u64) → an encoded `leasepb.Lease` (etcd's "lease" bucket).
-pub const LEASES_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("lease");
+pub(crate) const LEASES_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("lease");
 /// Alarms: an opaque key chosen by the server → an opaque record (etcd's "alarm" bucket).
-pub const ALARMS_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("alarm");
+pub(crate) const ALARMS_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("alarm");
 
 /// The tables of records the server keeps beside the key history. Each maps
 /// a u64 to bytes the server encodes; mvcc only stores them, in the same
@@ -32,7 +32,8 @@ pub enum SideTable {
 }
 
 impl SideTable {
-    pub const ALL: [SideTable; 3] = [SideTable::Members, SideTable::Leases, SideTable::Alarms];
+    pub(crate) const ALL: [SideTable; 3] =
+        [SideTable::Members, SideTable::Leases, SideTable::Alarms];
 
     pub(crate) fn definition(self) -> TableDefinition<'static, u64, &'static [u8]> {
         match self {
@@ -43,14 +44,14 @@ impl SideTable {
     }
 }
 
-pub const META_CONSISTENT_INDEX: &str = "consistent_index";
-pub const META_FINISHED_COMPACT_REV: &str = "finishedCompactRev";
-pub const META_SCHEDULED_COMPACT_REV: &str = "scheduledCompactRev";
-pub const META_FORMAT_VERSION: &str = "mvcc_format_version";
+pub(crate) const META_CONSISTENT_INDEX: &str = "consistent_index";
+pub(crate) const META_FINISHED_COMPACT_REV: &str = "finishedCompactRev";
+pub(crate) const META_SCHEDULED_COMPACT_REV: &str = "scheduledCompactRev";
+pub(crate) const META_FORMAT_VERSION: &str = "mvcc_format_version";
 /// Bumped on any incompatible change of the layout in the crate doc.
 /// Version 2 seals every `key` record with a checksum; a version 1 file is
 /// upgraded in place when opened or restored ([`upgrade_format`]).
-pub const FORMAT_VERSION: u32 = 2;
+pub(crate) const FORMAT_VERSION: u32 = 2;
 
 /// The tag of a record's checksum: protobuf field 15, wire type 5
 /// (fixed32), so a sealed record is still a valid `mvccpb.KeyValue`
@@ -58,10 +59,10 @@ pub const FORMAT_VERSION: u32 = 2;
 const CHECKSUM_TAG: u8 = (15 << 3) | 5;
 /// Bytes a seal adds to a record: the tag and a CRC-32 (IEEE, little-endian)
 /// of everything before it.
-pub const CHECKSUM_LEN: usize = 5;
+pub(crate) const CHECKSUM_LEN: usize = 5;
 
 /// A `key` record as stored: the encoded KeyValue, then its checksum.
-pub fn seal(mut payload: Vec<u8>) -> Bytes {
+pub(crate) fn seal(mut payload: Vec<u8>) -> Bytes {
     let crc = crc32fast::hash(&payload);
     payload.reserve_exact(CHECKSUM_LEN);
     payload.push(CHECKSUM_TAG);
@@ -72,7 +73,7 @@ pub fn seal(mut payload: Vec<u8>) -> Bytes {
 /// The encoded KeyValue of a stored record, if its checksum holds. redb
 /// checks no checksum on reads, so without this a few overwritten bytes in
 /// the file would be served as the value (etcd has the same blind spot).
-pub fn unseal(record: &[u8]) -> Result<&[u8], ChecksumMismatch> {
+pub(crate) fn unseal(record: &[u8]) -> Result<&[u8], ChecksumMismatch> {
     let split = record
         .len()
         .checked_sub(CHECKSUM_LEN)
@@ -85,18 +86,18 @@ pub fn unseal(record: &[u8]) -> Result<&[u8], ChecksumMismatch> {
 }
 
 /// [`unseal`] of a shared buffer, without copying.
-pub fn unseal_bytes(record: &Bytes) -> Result<Bytes, ChecksumMismatch> {
+pub(crate) fn unseal_bytes(record: &Bytes) -> Result<Bytes, ChecksumMismatch> {
     let len = unseal(record)?.len();
     Ok(record.slice(..len))
 }
 
 /// A stored record whose bytes are not what was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChecksumMismatch;
+pub(crate) struct ChecksumMismatch;
 
 impl ChecksumMismatch {
     /// The error naming the record.
-    pub fn at(self, revision: Revision) -> MvccError {
+    pub(crate) fn at(self, revision: Revision) -> MvccError {
         MvccError::Corrupt(format!(
             "the record of revision {}/{} fails its checksum",
             revision.main, revision.sub
@@ -104,12 +105,12 @@ impl ChecksumMismatch {
     }
 }
 
-pub fn backend_error(err: impl std::fmt::Display) -> MvccError {
+pub(crate) fn backend_error(err: impl std::fmt::Display) -> MvccError {
     MvccError::Backend(err.to_string())
 }
 
 /// What a startup scan of the file yields.
-pub struct Loaded {
+pub(crate) struct Loaded {
     pub index: KeyIndexTree,
     pub current_revision: i64,
     pub compact_revision: i64,
@@ -128,10 +129,10 @@ pub struct Loaded {
 /// the write buffer (half of it) no longer holds the ~100k records written
 /// between two durable commits and pages start to spill early; see
 /// `examples/load_rss.rs` to measure.
-pub const CACHE_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 /// How every redb handle on the store's file is opened.
-pub fn builder() -> redb::Builder {
+pub(crate) fn builder() -> redb::Builder {
     let mut builder = redb::Builder::new();
     builder.set_cache_size(CACHE_BYTES);
     builder
@@ -185,7 +186,7 @@ pub(crate) fn without_panics<T>(
     }
 }
 
-pub fn open_database(path: &Path) -> Result<Database, MvccError> {
+pub(crate) fn open_database(path: &Path) -> Result<Database, MvccError> {
     let db = builder().create(path).map_err(backend_error)?;
     // Make sure both tables and the format version exist, so readers never
     // meet a missing table.
@@ -213,7 +214,7 @@ const UPGRADE_CHUNK: usize = 10_000;
 /// Brings a file written in an older format (as recorded in meta) to
 /// [`FORMAT_VERSION`] inside `txn`: version 1 records get their checksum.
 /// Refuses a newer format.
-pub fn upgrade_format(txn: &redb::WriteTransaction) -> Result<(), MvccError> {
+pub(crate) fn upgrade_format(txn: &redb::WriteTransaction) -> Result<(), MvccError> {
     let mut meta = txn.open_table(META_TABLE).map_err(backend_error)?;
     let version = match meta.get(META_FORMAT_VERSION).map_err(backend_error)? {
         Some(v) => {
@@ -275,7 +276,7 @@ fn meta_i64(value: &[u8], name: &str) -> Result<i64, MvccError> {
 
 /// Reads meta and rebuilds the key index by scanning the key table in
 /// revision order, decoding only key, create_revision and version.
-pub fn load(db: &Database) -> Result<Loaded, MvccError> {
+pub(crate) fn load(db: &Database) -> Result<Loaded, MvccError> {
     let txn = db.begin_read().map_err(backend_error)?;
     let meta = txn.open_table(META_TABLE).map_err(backend_error)?;
     let get = |name: &str| -> Result<Option<i64>, MvccError> {
@@ -390,7 +391,7 @@ pub fn scan_key_value(bytes: &[u8]) -> Result<KeyValueFields<'_>, MvccError> {
 }
 
 /// One batch, written in one redb transaction.
-pub struct Batch<'a> {
+pub(crate) struct Batch<'a> {
     pub records: &'a BTreeMap<Revision, (bool, Bytes)>,
     pub deletions: &'a [RevisionKey],
     pub consistent_index: u64,
@@ -402,14 +403,17 @@ pub struct Batch<'a> {
 
 /// Bytes of allocated pages as a write transaction sees them. Walks every
 /// page of the file: see [`commit_batch`].
-pub fn size_in_use(txn: &redb::WriteTransaction) -> Result<i64, MvccError> {
+pub(crate) fn size_in_use(txn: &redb::WriteTransaction) -> Result<i64, MvccError> {
     txn.stats()
         .map(|s| (s.allocated_pages() * s.page_size() as u64) as i64)
         .map_err(backend_error)
 }
 
 /// Every record of a side table in the file.
-pub fn load_side(db: &Database, side: SideTable) -> Result<BTreeMap<u64, Vec<u8>>, MvccError> {
+pub(crate) fn load_side(
+    db: &Database,
+    side: SideTable,
+) -> Result<BTreeMap<u64, Vec<u8>>, MvccError> {
     let txn = db.begin_read().map_err(backend_error)?;
     let table = match txn.open_table(side.definition()) {
         Ok(t) => t,
@@ -429,7 +433,7 @@ pub fn load_side(db: &Database, side: SideTable) -> Result<BTreeMap<u64, Vec<u8>
 /// a compaction, None otherwise: redb counts them by walking every page of
 /// every table, which costs as much as reading the whole file (through the
 /// page cache, evicting the hot pages), so not on every batch.
-pub fn commit_batch(db: &Database, batch: &Batch<'_>) -> Result<Option<i64>, MvccError> {
+pub(crate) fn commit_batch(db: &Database, batch: &Batch<'_>) -> Result<Option<i64>, MvccError> {
     let mut txn = db.begin_write().map_err(backend_error)?;
     txn.set_durability(if batch.durable {
         Durability::Immediate

@@ -24,7 +24,7 @@ use bytes::Bytes;
 use crate::revision::Revision;
 
 /// Keys up to this many bytes live inside the map entry, without an allocation.
-pub const INLINE_KEY_BYTES: usize = 22;
+pub(crate) const INLINE_KEY_BYTES: usize = 22;
 
 /// A key's bytes as the index owns them (never a slice of a request buffer,
 /// which would pin the whole buffer): inline when short, boxed otherwise.
@@ -102,7 +102,7 @@ struct Generation {
 
 /// What the index knows of a key at a revision.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct KeyAt {
+pub(crate) struct KeyAt {
     pub modified: Revision,
     pub created: i64,
     pub version: i64,
@@ -110,7 +110,7 @@ pub struct KeyAt {
 
 /// One key's history. Always in its canonical shape (see [`KeyIndex::normalize`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KeyIndex {
+pub(crate) struct KeyIndex {
     repr: Repr,
 }
 
@@ -268,7 +268,7 @@ impl KeyIndex {
         None
     }
 
-    pub fn get(&self, at_rev: i64) -> Option<KeyAt> {
+    pub(crate) fn get(&self, at_rev: i64) -> Option<KeyAt> {
         let generations = match &self.repr {
             Repr::Single {
                 main,
@@ -358,7 +358,7 @@ impl KeyIndex {
 
 /// Where a range ends, after etcd's conventions are decoded.
 #[derive(Copy, Clone, Debug)]
-pub enum RangeEnd<'a> {
+pub(crate) enum RangeEnd<'a> {
     /// No range_end: the single key.
     Single,
     /// range_end == "\0": every key >= key.
@@ -368,7 +368,7 @@ pub enum RangeEnd<'a> {
 }
 
 impl<'a> RangeEnd<'a> {
-    pub fn from_request(range_end: &'a [u8]) -> RangeEnd<'a> {
+    pub(crate) fn from_request(range_end: &'a [u8]) -> RangeEnd<'a> {
         match range_end {
             [] => RangeEnd::Single,
             [0] => RangeEnd::Unbounded,
@@ -379,20 +379,16 @@ impl<'a> RangeEnd<'a> {
 
 /// All keys, ordered.
 #[derive(Debug, Default)]
-pub struct KeyIndexTree {
+pub(crate) struct KeyIndexTree {
     keys: BTreeMap<IndexKey, KeyIndex>,
 }
 
 impl KeyIndexTree {
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.keys.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
-    }
-
-    pub fn get(&self, key: &[u8], at_rev: i64) -> Option<KeyAt> {
+    pub(crate) fn get(&self, key: &[u8], at_rev: i64) -> Option<KeyAt> {
         self.keys.get(key)?.get(at_rev)
     }
 
@@ -409,7 +405,7 @@ impl KeyIndexTree {
     /// Rebuild path: the first record seen of a key after compaction may be in
     /// the middle of a generation, so its created revision and version come
     /// from the record itself.
-    pub fn restore(&mut self, key: &[u8], revision: Revision, created: i64, version: i64) {
+    pub(crate) fn restore(&mut self, key: &[u8], revision: Revision, created: i64, version: i64) {
         match self.keys.get_mut(key) {
             Some(index) => index.put(revision),
             None => {
@@ -420,7 +416,7 @@ impl KeyIndexTree {
     }
 
     /// Returns false when the key is not live (nothing changes).
-    pub fn tombstone(&mut self, key: &[u8], revision: Revision) -> bool {
+    pub(crate) fn tombstone(&mut self, key: &[u8], revision: Revision) -> bool {
         self.keys
             .get_mut(key)
             .is_some_and(|index| index.tombstone(revision))
@@ -447,7 +443,7 @@ impl KeyIndexTree {
 
     /// Revisions of the keys live at `at_rev` in the range, in key order: at
     /// most `limit` of them (0 = all), plus the count of all live keys.
-    pub fn revisions(
+    pub(crate) fn revisions(
         &self,
         key: &[u8],
         end: RangeEnd<'_>,
@@ -469,7 +465,7 @@ impl KeyIndexTree {
     }
 
     /// Keys live at `at_rev` in the range, in key order.
-    pub fn live_keys(&self, key: &[u8], end: RangeEnd<'_>, at_rev: i64) -> Vec<Bytes> {
+    pub(crate) fn live_keys(&self, key: &[u8], end: RangeEnd<'_>, at_rev: i64) -> Vec<Bytes> {
         self.walk(key, end)
             .filter(|(_, index)| index.get(at_rev).is_some())
             .map(|(key, _)| Bytes::copy_from_slice(key.as_slice()))
@@ -485,7 +481,11 @@ impl KeyIndexTree {
     }
 
     /// Undoes the changes at or after `from` to the given keys.
-    pub fn rollback<'k>(&mut self, keys: impl IntoIterator<Item = &'k [u8]>, from: Revision) {
+    pub(crate) fn rollback<'k>(
+        &mut self,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+        from: Revision,
+    ) {
         for key in keys {
             if self
                 .keys
@@ -498,7 +498,7 @@ impl KeyIndexTree {
     }
 
     #[cfg(test)]
-    pub fn key_index(&self, key: &[u8]) -> Option<&KeyIndex> {
+    pub(crate) fn key_index(&self, key: &[u8]) -> Option<&KeyIndex> {
         self.keys.get(key)
     }
 }

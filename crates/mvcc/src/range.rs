@@ -11,7 +11,11 @@ use crate::MvccError;
 
 /// Resolves a requested revision (<= 0 = current) against the readable window
 /// [compacted, current].
-pub fn resolve_revision(requested: i64, current: i64, compacted: i64) -> Result<i64, MvccError> {
+pub(crate) fn resolve_revision(
+    requested: i64,
+    current: i64,
+    compacted: i64,
+) -> Result<i64, MvccError> {
     if requested > current {
         return Err(MvccError::FutureRev);
     }
@@ -44,7 +48,7 @@ fn sort_order(req: &RangeRequest) -> SortOrder {
 /// ascending key order, so only a key-ascending result without filters can be
 /// cut there (one extra to learn `more`); anything else is fetched whole,
 /// filtered and sorted, then truncated.
-pub fn fetch_limit(req: &RangeRequest) -> usize {
+pub(crate) fn fetch_limit(req: &RangeRequest) -> usize {
     let key_order = req.sort_target() == SortTarget::Key && sort_order(req) != SortOrder::Descend;
     if req.limit <= 0 || has_filters(req) || !key_order {
         0
@@ -57,7 +61,7 @@ pub fn fetch_limit(req: &RangeRequest) -> usize {
 
 /// Applies filters, sort, limit and keys_only to the walked kvs (in key
 /// order) and builds the response.
-pub fn finish(
+pub(crate) fn finish(
     req: &RangeRequest,
     mut kvs: Vec<KeyValue>,
     count: usize,
@@ -108,7 +112,7 @@ pub fn finish(
     }
 }
 
-pub fn header(revision: i64) -> ResponseHeader {
+pub(crate) fn header(revision: i64) -> ResponseHeader {
     ResponseHeader {
         revision,
         ..Default::default()

@@ -3,11 +3,11 @@
 use crate::MvccError;
 
 /// Length of an encoded revision: 8-byte main, `b'_'`, 8-byte sub.
-pub const REVISION_BYTES_LEN: usize = 17;
+pub(crate) const REVISION_BYTES_LEN: usize = 17;
 /// Length of an encoded tombstone revision: the revision plus [`TOMBSTONE_MARK`].
-pub const MARKED_REVISION_BYTES_LEN: usize = 18;
+pub(crate) const MARKED_REVISION_BYTES_LEN: usize = 18;
 /// Trailing byte that marks a deletion record in the `key` table.
-pub const TOMBSTONE_MARK: u8 = b't';
+pub(crate) const TOMBSTONE_MARK: u8 = b't';
 
 /// A point in the store's history: `main` is the write transaction, `sub` the
 /// operation inside it. Ordered by (main, sub), which is also the byte order of
@@ -19,7 +19,7 @@ pub struct Revision {
 }
 
 impl Revision {
-    pub fn new(main: i64, sub: i64) -> Revision {
+    pub(crate) fn new(main: i64, sub: i64) -> Revision {
         Revision { main, sub }
     }
 }
@@ -32,7 +32,7 @@ pub struct RevisionKey {
 }
 
 impl RevisionKey {
-    pub fn new(revision: Revision, tombstone: bool) -> RevisionKey {
+    pub(crate) fn new(revision: Revision, tombstone: bool) -> RevisionKey {
         debug_assert!(revision.main >= 0 && revision.sub >= 0);
         let mut bytes = [0u8; MARKED_REVISION_BYTES_LEN];
         bytes[..8].copy_from_slice(&revision.main.to_be_bytes());
@@ -51,7 +51,7 @@ impl RevisionKey {
     }
 
     /// Parses a key read from disk; anything but the two documented shapes is corruption.
-    pub fn parse(bytes: &[u8]) -> Result<(Revision, bool), MvccError> {
+    pub(crate) fn parse(bytes: &[u8]) -> Result<(Revision, bool), MvccError> {
         let tombstone = match bytes.len() {
             REVISION_BYTES_LEN => false,
             MARKED_REVISION_BYTES_LEN if bytes[17] == TOMBSTONE_MARK => true,
@@ -76,20 +76,16 @@ impl RevisionKey {
         Ok((revision, tombstone))
     }
 
-    pub fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         &self.bytes[..self.len as usize]
     }
 
-    pub fn revision(&self) -> Revision {
+    pub(crate) fn revision(&self) -> Revision {
         // Built by `new`, so the shape is valid.
         match RevisionKey::parse(self.as_slice()) {
             Ok((revision, _)) => revision,
             Err(_) => unreachable!("RevisionKey holds a valid encoding"),
         }
-    }
-
-    pub fn is_tombstone(&self) -> bool {
-        self.len as usize == MARKED_REVISION_BYTES_LEN
     }
 }
 

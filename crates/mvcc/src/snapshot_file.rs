@@ -50,9 +50,9 @@ use crate::MvccError;
 
 /// The body of a snapshot file is a multiple of this (a disk sector; the
 /// unit of etcdctl's check).
-pub const SNAPSHOT_ALIGN: u64 = 512;
+pub(crate) const SNAPSHOT_ALIGN: u64 = 512;
 /// Length of the trailing sha256.
-pub const SHA256_LEN: u64 = 32;
+pub(crate) const SHA256_LEN: u64 = 32;
 /// Chunk size of Maintenance.Snapshot responses (etcd's snapshotSendBufferSize).
 pub const SNAPSHOT_SEND_BUFFER_SIZE: usize = 32 * 1024;
 /// Page cache of a copy being written or read (redb's default is 1 GiB):
@@ -141,7 +141,7 @@ pub fn write_snapshot(db_file: &Path, out: &mut dyn std::io::Write) -> std::io::
 }
 
 /// Whether a file of `len` bytes ends with a sha256 (etcd's hasChecksum).
-pub fn has_checksum(len: u64) -> bool {
+pub(crate) fn has_checksum(len: u64) -> bool {
     len % SNAPSHOT_ALIGN == SHA256_LEN
 }
 
@@ -237,7 +237,7 @@ impl SnapshotFile {
     /// The redb file inside, opened read-only in place. Reading a damaged
     /// file through it may panic (redb's checks): [`Self::status`] and
     /// [`Self::restore_to`] turn that into [`SnapshotFileError::Damaged`].
-    pub fn open_database(&self) -> Result<ReadOnlyDatabase, SnapshotFileError> {
+    pub(crate) fn open_database(&self) -> Result<ReadOnlyDatabase, SnapshotFileError> {
         let view = BoundedFile {
             file: File::open(&self.path)?,
             len: self.db_len,

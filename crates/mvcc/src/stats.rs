@@ -35,11 +35,11 @@ fn add(counter: &AtomicU64, n: u64) {
 }
 
 impl OpCounters {
-    pub(crate) fn range(&self) {
+    pub fn range(&self) {
         add(&self.ranges, 1);
     }
 
-    pub(crate) fn put(&self, bytes: usize) {
+    pub fn put(&self, bytes: usize) {
         add(&self.puts, 1);
         add(&self.put_bytes, bytes as u64);
     }

@@ -509,7 +509,7 @@ pub(crate) struct ValueReader<'s> {
 }
 
 impl<'s> ValueReader<'s> {
-    pub fn new(store: &'s Store) -> ValueReader<'s> {
+    pub(crate) fn new(store: &'s Store) -> ValueReader<'s> {
         ValueReader { store, table: None }
     }
 
@@ -526,7 +526,7 @@ impl<'s> ValueReader<'s> {
     }
 
     /// Values of live revisions (never tombstones), in the given order.
-    pub fn get_many(
+    pub(crate) fn get_many(
         &mut self,
         revisions: &[Revision],
         read_revision: i64,

@@ -52,7 +52,7 @@ pub const INVALID_WATCH_ID: WatchId = -1;
 
 /// Event responses a stream's queue holds before its watchers are moved
 /// aside (etcd's chanBufLen). Bounds a slow stream's memory.
-pub const STREAM_QUEUE_CAPACITY: usize = 128;
+pub(crate) const STREAM_QUEUE_CAPACITY: usize = 128;
 
 /// etcd's watch errors (mvcc/watcher.go), Display strings included.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -127,7 +127,7 @@ pub(crate) struct Watcher {
 impl Watcher {
     /// The events this watcher sends, after its filters; prev_kv stripped
     /// unless asked.
-    pub fn select<'e>(&self, events: impl IntoIterator<Item = &'e Event>) -> Vec<Event> {
+    pub(crate) fn select<'e>(&self, events: impl IntoIterator<Item = &'e Event>) -> Vec<Event> {
         events
             .into_iter()
             .filter(|ev| {
@@ -155,7 +155,7 @@ pub(crate) struct Queue {
 
 impl Queue {
     /// An event response, only while there is room.
-    pub fn try_push(&self, response: WatchResponse) -> bool {
+    pub(crate) fn try_push(&self, response: WatchResponse) -> bool {
         let mut items = self.items.lock();
         if items.len() >= STREAM_QUEUE_CAPACITY {
             self.blocked.store(true, Ordering::Relaxed);
@@ -174,7 +174,7 @@ impl Queue {
         (self.wake)();
     }
 
-    pub fn has_room(&self) -> bool {
+    pub(crate) fn has_room(&self) -> bool {
         let room = self.items.lock().len() < STREAM_QUEUE_CAPACITY;
         if !room {
             self.blocked.store(true, Ordering::Relaxed);
@@ -225,7 +225,7 @@ impl Default for WatchHub {
 }
 
 impl WatchHub {
-    pub fn lock(&self) -> MutexGuard<'_, Groups> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Groups> {
         self.groups.lock()
     }
 }
@@ -234,7 +234,7 @@ impl Groups {
     /// Notifies synced watchers of one revision's events (sub-revision
     /// order). Called with the revision just published, under the hub lock.
     /// Returns whether a watcher was moved aside (the syncer must run).
-    pub fn notify(&mut self, revision: i64, events: &[Event], prev_kv_filled: bool) -> bool {
+    pub(crate) fn notify(&mut self, revision: i64, events: &[Event], prev_kv_filled: bool) -> bool {
         if self.synced.is_empty() || events.is_empty() {
             return false;
         }
@@ -296,7 +296,7 @@ impl Groups {
     /// below `restored` moves to unsynced to read it from the backend (or to
     /// be canceled with the compact revision if the restored file no longer
     /// holds it). Returns whether any moved (the syncer must run).
-    pub fn unsync_after_jump(&mut self, previous: i64, restored: i64) -> bool {
+    pub(crate) fn unsync_after_jump(&mut self, previous: i64, restored: i64) -> bool {
         let mut moved = false;
         for (gid, watcher) in self.watchers.iter_mut() {
             if watcher.state != WatcherState::Synced {
@@ -317,7 +317,7 @@ impl Groups {
 
     /// Answers a stream's pending RequestProgress if all its watchers are
     /// synced (etcd 3.5.13's progressIfSync: no watcher, no answer).
-    pub fn answer_progress(&mut self, stream_id: u64, current: i64) {
+    pub(crate) fn answer_progress(&mut self, stream_id: u64, current: i64) {
         let Some(stream) = self.streams.get_mut(&stream_id) else {
             return;
         };
@@ -570,7 +570,8 @@ impl WatchStream {
     }
 
     /// Responses waiting in the queue.
-    pub fn queued(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn queued(&self) -> usize {
         self.queue.items.lock().len()
     }
 
@@ -578,13 +579,9 @@ impl WatchStream {
         self.store.current_revision()
     }
 
-    /// The store the stream watches (for prev_kv lookups).
-    pub fn store(&self) -> &Arc<Store> {
-        &self.store
-    }
-
     /// IDs of the stream's watchers that are not synced (for tests).
-    pub fn unsynced_ids(&self) -> Vec<WatchId> {
+    #[cfg(test)]
+    pub(crate) fn unsynced_ids(&self) -> Vec<WatchId> {
         let groups = self.store.watch.lock();
         let Some(stream) = groups.streams.get(&self.id) else {
             return Vec::new();

@@ -27,7 +27,7 @@ pub(crate) enum WatchEnd {
 impl WatchEnd {
     /// Decodes a request's range_end; None when the range is empty
     /// (end <= key), which etcd refuses.
-    pub fn from_request(key: &[u8], range_end: &[u8]) -> Option<WatchEnd> {
+    pub(crate) fn from_request(key: &[u8], range_end: &[u8]) -> Option<WatchEnd> {
         match range_end {
             [] => Some(WatchEnd::Key),
             [0] => Some(WatchEnd::FromKey),
@@ -48,15 +48,15 @@ pub(crate) struct KeyGroup {
 
 impl KeyGroup {
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
-    pub fn add(&mut self, gid: Gid, key: &Bytes, end: &WatchEnd) {
+    pub(crate) fn add(&mut self, gid: Gid, key: &Bytes, end: &WatchEnd) {
         let inserted = match end {
             WatchEnd::Key => self.keys.entry(key.clone()).or_default().insert(gid),
             WatchEnd::FromKey | WatchEnd::Before(_) => self
@@ -72,7 +72,7 @@ impl KeyGroup {
     }
 
     /// Returns whether the watcher was in the group.
-    pub fn remove(&mut self, gid: Gid, key: &Bytes, end: &WatchEnd) -> bool {
+    pub(crate) fn remove(&mut self, gid: Gid, key: &Bytes, end: &WatchEnd) -> bool {
         let removed = match end {
             WatchEnd::Key => match self.keys.get_mut(key) {
                 Some(set) => {
@@ -110,7 +110,7 @@ impl KeyGroup {
     }
 
     /// Calls `f` once for each watcher whose range holds `key`.
-    pub fn for_each_match(&self, key: &[u8], mut f: impl FnMut(Gid)) {
+    pub(crate) fn for_each_match(&self, key: &[u8], mut f: impl FnMut(Gid)) {
         if let Some(set) = self.keys.get(key) {
             set.iter().copied().for_each(&mut f);
         }
@@ -132,7 +132,7 @@ impl KeyGroup {
     }
 
     /// Whether any watcher's range holds `key`.
-    pub fn matches(&self, key: &[u8]) -> bool {
+    pub(crate) fn matches(&self, key: &[u8]) -> bool {
         let mut found = false;
         self.for_each_match(key, |_| found = true);
         found

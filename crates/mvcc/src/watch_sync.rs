@@ -29,15 +29,15 @@ use crate::watch_group::{Gid, KeyGroup};
 use crate::{MvccError, Store};
 
 /// How long the syncer sleeps when nothing wakes it (etcd: 100 ms).
-pub const SYNC_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const SYNC_INTERVAL: Duration = Duration::from_millis(100);
 /// Watchers served per round (etcd's maxWatchersPerSync).
-pub const MAX_WATCHERS_PER_SYNC: usize = 512;
+pub(crate) const MAX_WATCHERS_PER_SYNC: usize = 512;
 /// Revisions read per round (etcd's watchBatchMaxRevs): bounds one catch-up
 /// response.
-pub const MAX_SYNC_REVISIONS: usize = 1000;
+pub(crate) const MAX_SYNC_REVISIONS: usize = 1000;
 /// Bytes of records read per round, checked at revision boundaries (a
 /// revision is never split, so one huge txn may exceed it).
-pub const MAX_SYNC_BYTES: usize = 16 << 20;
+pub(crate) const MAX_SYNC_BYTES: usize = 16 << 20;
 
 /// Wakes the syncer thread.
 #[derive(Default)]
@@ -47,7 +47,7 @@ pub(crate) struct SyncSignal {
 }
 
 impl SyncSignal {
-    pub fn wake(&self) {
+    pub(crate) fn wake(&self) {
         *self.woken.lock() = true;
         self.condvar.notify_one();
     }

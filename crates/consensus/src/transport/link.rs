@@ -342,7 +342,11 @@ impl PeerTransport {
     /// sender that is a member), replaces that sender's previous link, then
     /// steps every message into the local raft node until the peer closes
     /// the link or a newer one replaces it.
-    pub async fn serve_raft_link(self: Arc<Self>, stream: tokio::net::TcpStream, raft: RaftHandle) {
+    pub(crate) async fn serve_raft_link(
+        self: Arc<Self>,
+        stream: tokio::net::TcpStream,
+        raft: RaftHandle,
+    ) {
         let _ = stream.set_nodelay(true);
         let mut reader = tokio::io::BufReader::with_capacity(LINK_READ_CHUNK_BYTES, stream);
         let mut hello = [0u8; RAFT_HELLO_LEN];

@@ -60,9 +60,9 @@ use crate::{RaftHandle, Transport};
 use link::{run_peer, Link};
 
 /// Messages queued for one peer; beyond this they are dropped.
-pub const PEER_QUEUE_CAPACITY: usize = 4096;
+pub(crate) const PEER_QUEUE_CAPACITY: usize = 4096;
 /// Messages per batch on the wire.
-pub const MAX_BATCH_MESSAGES: usize = 256;
+pub(crate) const MAX_BATCH_MESSAGES: usize = 256;
 /// Told what the transport sees, for etcd's etcd_network_* metrics.
 pub trait NetworkObserver: Send + Sync {
     /// A probe to `to` came back after `rtt`.
@@ -75,17 +75,6 @@ pub trait NetworkObserver: Send + Sync {
     fn send_failed(&self, to: u64, messages: u64);
     /// The stream to `peer` connected (true) or broke (false).
     fn connection(&self, peer: u64, active: bool);
-}
-
-/// Observes nothing.
-pub struct NoNetworkObserver;
-
-impl NetworkObserver for NoNetworkObserver {
-    fn round_trip(&self, _: u64, _: Duration) {}
-    fn sent(&self, _: u64, _: u64) {}
-    fn received(&self, _: u64, _: u64) {}
-    fn send_failed(&self, _: u64, _: u64) {}
-    fn connection(&self, _: u64, _: bool) {}
 }
 
 /// Makes backend snapshots for followers that need one.
@@ -114,7 +103,6 @@ pub struct PeerTransport {
     id: u64,
     cluster_id: u64,
     peers: RwLock<HashMap<u64, PeerQueue>>,
-    dropped: AtomicU64,
     runtime: tokio::runtime::Handle,
     snapshots: OnceLock<(RaftHandle, Arc<dyn SnapshotSource>)>,
     observer: Arc<dyn NetworkObserver>,
@@ -145,7 +133,6 @@ impl PeerTransport {
             id,
             cluster_id,
             peers: RwLock::new(HashMap::new()),
-            dropped: AtomicU64::new(0),
             runtime: runtime.clone(),
             snapshots: OnceLock::new(),
             observer: observer.clone(),
@@ -184,23 +171,10 @@ impl PeerTransport {
         let _ = self.snapshots.set((raft, source));
     }
 
-    /// Messages dropped because a peer's queue was full.
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
-    }
-
     /// Whether `id` is another member of the cluster (etcd's stream handler
     /// answers "404 error sender not found" otherwise).
-    pub fn is_peer(&self, id: u64) -> bool {
+    pub(crate) fn is_peer(&self, id: u64) -> bool {
         self.peers.read().contains_key(&id)
-    }
-
-    pub fn member_id(&self) -> u64 {
-        self.id
-    }
-
-    pub fn cluster_id(&self) -> u64 {
-        self.cluster_id
     }
 
     /// Records `from`'s new inbound link, closing the one it replaces.
@@ -255,7 +229,6 @@ impl Transport for PeerTransport {
                 }
             };
             if peer.tx.try_send(bytes).is_err() {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
                 self.observer.send_failed(msg.to, 1);
             }
         }

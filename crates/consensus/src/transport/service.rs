@@ -59,7 +59,7 @@ pub struct PeerService {
 }
 
 impl PeerService {
-    pub fn server(
+    pub(crate) fn server(
         transport: Arc<PeerTransport>,
         raft: RaftHandle,
         snap_dir: PathBuf,

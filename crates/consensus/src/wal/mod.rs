@@ -243,7 +243,7 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
 
 impl Wal {
     /// Whether `dir` holds at least one segment.
-    pub fn exists(dir: &Path) -> bool {
+    pub(crate) fn exists(dir: &Path) -> bool {
         fs::read_dir(dir)
             .map(|rd| {
                 rd.flatten().any(|e| {
@@ -422,7 +422,7 @@ impl Wal {
     }
 
     /// Buffers a snapshot marker.
-    pub fn save_snapshot(&mut self, marker: SnapshotMarker) {
+    pub(crate) fn save_snapshot(&mut self, marker: SnapshotMarker) {
         record::encode(&Record::Snapshot(marker), &mut self.pending);
         if marker.index >= self.snapshot.index {
             self.snapshot = marker;
@@ -430,11 +430,6 @@ impl Wal {
         if marker.index > self.last_index {
             self.last_index = marker.index;
         }
-    }
-
-    /// Whether records are buffered and not yet synced.
-    pub fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
     }
 
     /// Writes buffered records and fdatasyncs once; cuts a new segment when
@@ -446,7 +441,7 @@ impl Wal {
     /// Writes buffered records without fdatasync: for records that need not
     /// be durable yet (a commit-index-only hard state), which the next
     /// [`Wal::sync`] makes durable anyway.
-    pub fn flush(&mut self) -> Result<(), WalError> {
+    pub(crate) fn flush(&mut self) -> Result<(), WalError> {
         self.write_pending(false)
     }
 
@@ -515,7 +510,7 @@ impl Wal {
 
     /// Deletes whole segments whose entries are all < `index`; the segment
     /// that may contain `index` and the active segment are kept.
-    pub fn release_to(&mut self, index: u64) -> Result<(), WalError> {
+    pub(crate) fn release_to(&mut self, index: u64) -> Result<(), WalError> {
         // Segment k holds entries < segments[k+1].first_index, so it can go
         // when the next segment starts at or below `index`.
         let mut release = 0;
@@ -533,22 +528,23 @@ impl Wal {
         Ok(())
     }
 
-    pub fn metadata(&self) -> &Metadata {
+    pub(crate) fn metadata(&self) -> &Metadata {
         &self.metadata
     }
 
     /// Reports the duration of each later append fdatasync to `observer`.
-    pub fn set_sync_observer(&mut self, observer: SyncObserver) {
+    pub(crate) fn set_sync_observer(&mut self, observer: SyncObserver) {
         self.sync_observer = Some(observer);
     }
 
     /// Number of fdatasync calls made by [`Wal::sync`] since open.
-    pub fn sync_count(&self) -> u64 {
+    pub(crate) fn sync_count(&self) -> u64 {
         self.sync_count
     }
 
     /// File names of the live segments, oldest first.
-    pub fn segment_paths(&self) -> Vec<PathBuf> {
+    #[cfg(test)]
+    pub(crate) fn segment_paths(&self) -> Vec<PathBuf> {
         self.segments.iter().map(|s| s.path.clone()).collect()
     }
 

@@ -12,7 +12,7 @@ use protobuf::Message as _;
 pub const WAL_FORMAT_VERSION: u32 = 1;
 
 /// Identifies an oxcd WAL segment (first 8 bytes of the metadata payload).
-pub const WAL_MAGIC: &[u8; 8] = b"oxcdwal\0";
+pub(crate) const WAL_MAGIC: &[u8; 8] = b"oxcdwal\0";
 
 /// Size of the fixed record header.
 pub const HEADER_LEN: usize = 16;
@@ -25,7 +25,7 @@ pub const MAX_RECORD_PAYLOAD: u32 = 256 * 1024 * 1024;
 
 /// The type byte of a record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RecordType {
+pub(crate) enum RecordType {
     Metadata = 1,
     Entry = 2,
     HardState = 3,
@@ -73,7 +73,7 @@ pub enum Record {
 
 /// Why the bytes at an offset are not a record.
 #[derive(Debug, PartialEq, Eq)]
-pub enum DecodeError {
+pub(crate) enum DecodeError {
     /// Fewer bytes remain than the record needs (a torn write at the tail).
     Incomplete,
     /// The 16-byte header fails its own CRC: the length cannot be trusted.
@@ -85,7 +85,7 @@ pub enum DecodeError {
 }
 
 /// Appends one encoded record to `out`.
-pub fn encode(record: &Record, out: &mut Vec<u8>) {
+pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) {
     let (kind, payload) = match record {
         Record::Metadata(m) => {
             let mut p = Vec::with_capacity(8 + 4 + 16 + 4 + 8 * m.initial_voters.len());
@@ -134,7 +134,7 @@ pub fn encode(record: &Record, out: &mut Vec<u8>) {
 
 /// Decodes the record at the start of `buf`; on success returns it with the
 /// number of bytes it occupies.
-pub fn decode(buf: &[u8]) -> Result<(Record, usize), DecodeError> {
+pub(crate) fn decode(buf: &[u8]) -> Result<(Record, usize), DecodeError> {
     if buf.len() < HEADER_LEN {
         return Err(DecodeError::Incomplete);
     }

@@ -29,6 +29,9 @@ for line in sys.stdin:
   [ "$got" = "$want" ] || { echo "h2.sh: h2 $version: sha256 $got, the index says $want" >&2; exit 1; }
   tar -xzf "$dir/h2.crate" -C "$dir"
   mv "$dir/h2-$version" "$dir/h2"
+  # The crate's own lock file: its .gitignore keeps it out of git, and cargo
+  # ignores it for a dependency.
+  rm -f "$dir/h2/Cargo.lock"
   (cd "$dir/h2" && patch -s -p1 --no-backup-if-mismatch <"$patch_file")
 }
 

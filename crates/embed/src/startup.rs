@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use api::etcdserverpb::{Attributes, ClusterMemberAttrSetRequest, InternalRaftRequest};
+use api::etcdserverpb::{Attributes, ClusterMemberAttrSetRequest};
 use consensus::transport::PeerTransport;
 use consensus::{RaftConfig, RaftHandle};
 use mvcc::Store;
@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use crate::listeners::{bind, serve_clients, serve_metrics, serve_peers};
 use etcdserver::alarms::Alarms;
-use etcdserver::apply::Applier;
+use etcdserver::apply::{ApplyLoop, StateMachine};
 use etcdserver::bootstrap::{
     check_volume, identity, known_members, parse_url, prepare_data_dir, recover_alarms,
     recover_lessor, Identity, StartError,
@@ -22,7 +22,6 @@ use etcdserver::bootstrap::{
 use etcdserver::config::ServerConfig;
 use etcdserver::membership::ClusterMembers;
 use etcdserver::metrics::Metrics;
-use etcdserver::wait::Wait;
 use etcdserver::EtcdServer;
 use etcdserver::{CLUSTER_VERSION, ETCD_VERSION};
 use lease::Lessor;
@@ -52,7 +51,7 @@ impl Member {
     /// Resolves once the member has a leader and has applied everything
     /// committed so far (etcd's ReadyNotify).
     pub async fn ready(&self) {
-        wait_ready(&self.server).await
+        wait_ready(&self.server).await;
     }
 
     /// Stops serving, stops raft, finishes applying and commits the backend
@@ -288,13 +287,6 @@ fn start_raft(
     Ok(started)
 }
 
-/// The apply thread, and the proposal waiters and applied index it feeds.
-struct ApplyLoop {
-    thread: JoinHandle<()>,
-    wait: Arc<Wait<etcdserver::apply::ApplyOutcome>>,
-    applied: watch::Receiver<u64>,
-}
-
 fn start_apply(
     cfg: &ServerConfig,
     backend: &Backend,
@@ -303,41 +295,15 @@ fn start_apply(
     metrics: &Arc<Metrics>,
     committed: tokio::sync::mpsc::Receiver<consensus::CommittedBatch>,
 ) -> Result<ApplyLoop, StartError> {
-    let wait = Arc::new(Wait::default());
-    let (applied_tx, applied_rx) = watch::channel(backend.store.consistent_index());
-    let applier = Arc::new(Applier {
-        store: backend.store.clone(),
-        raft: raft.clone(),
-        wait: wait.clone(),
-        applied: applied_tx,
-        snapshot_count: cfg.snapshot_count.max(1),
-        members: members.clone(),
-        lessor: backend.lessor.clone(),
-        alarms: backend.alarms.clone(),
-        metrics: metrics.clone(),
-        last_snapshot: backend.store.consistent_index().into(),
-        busy: parking_lot::Mutex::new(()),
-        fatal: raft.fatal(),
-        halted: false.into(),
-    });
-    // Weak: the apply thread owns the applier (which holds the raft handle);
-    // the hook must not keep it, and the store in it, alive past shutdown.
-    let inline = Arc::downgrade(&applier);
-    raft.set_inline_apply(Box::new(move |batch| match inline.upgrade() {
-        Some(applier) => applier.try_apply_inline(batch),
-        None => Err(batch),
-    }));
-    let fatal = raft.fatal();
-    let thread = std::thread::Builder::new()
-        .name("apply".into())
-        .stack_size(api::codec::REQUEST_THREAD_STACK_BYTES)
-        .spawn(move || fatal.run_thread("apply", move || applier.run(committed)))
-        .map_err(|e| StartError::Config(format!("cannot start the apply thread: {e}")))?;
-    Ok(ApplyLoop {
-        thread,
-        wait,
-        applied: applied_rx,
-    })
+    let machine = StateMachine::new(
+        backend.store.clone(),
+        backend.lessor.clone(),
+        backend.alarms.clone(),
+        members.clone(),
+        metrics.clone(),
+    );
+    etcdserver::apply::start(machine, raft, cfg.snapshot_count, committed)
+        .map_err(|e| StartError::Config(format!("cannot start the apply thread: {e}")))
 }
 
 /// The member's own loops: damaged-read alarms, publishing itself, lease
@@ -349,7 +315,14 @@ fn start_background_loops(member: &mut Member, shutdown: &watch::Receiver<bool>)
         server,
         shutdown.clone(),
     ));
-    tokio::spawn(announce_when_ready(server.clone()));
+    let announce = announce_when_ready(server.clone());
+    let mut stop = shutdown.clone();
+    serving.push(tokio::spawn(async move {
+        tokio::select! {
+            _ = announce => {}
+            _ = stop.wait_for(|stop| *stop) => {}
+        }
+    }));
     serving.push(tokio::spawn(etcdserver::lease_driver::run_primacy(
         server.clone(),
         shutdown.clone(),
@@ -382,19 +355,21 @@ fn start_background_loops(member: &mut Member, shutdown: &watch::Receiver<bool>)
 /// Ready: a leader that has committed an entry of its term, and this member
 /// has applied up to it (a ReadIndex round proves both, as etcd's publish
 /// through raft does).
-async fn wait_ready(server: &EtcdServer) {
+/// False when the member stopped first.
+async fn wait_ready(server: &EtcdServer) -> bool {
     loop {
         match server.linearizable_read_notify().await {
-            Ok(()) => return,
-            Err(e) if e == api::rpctypes::STOPPED => return,
+            Ok(()) => return true,
+            Err(e) if e == api::rpctypes::STOPPED => return false,
             Err(_) => continue,
         }
     }
 }
 
 /// etcd's publish: this member's name and client URLs go through raft so
-/// that every member lists them. Retried until it commits.
-async fn publish(server: &EtcdServer) {
+/// that every member lists them. Retried until it commits; false when the
+/// member stopped first.
+async fn publish(server: &EtcdServer) -> bool {
     let attributes = ClusterMemberAttrSetRequest {
         member_id: server.member.id,
         member_attributes: Some(Attributes {
@@ -403,13 +378,9 @@ async fn publish(server: &EtcdServer) {
         }),
     };
     loop {
-        let request = InternalRaftRequest {
-            cluster_member_attr_set: Some(attributes.clone()),
-            ..Default::default()
-        };
-        match server.propose(request).await {
-            Ok(_) => return,
-            Err(e) if e == api::rpctypes::STOPPED => return,
+        match server.propose(attributes.clone()).await {
+            Ok(_) => return true,
+            Err(e) if e == api::rpctypes::STOPPED => return false,
             Err(e) => {
                 tracing::warn!(error = %e, "failed to publish local member to cluster through raft");
                 tokio::time::sleep(PUBLISH_RETRY).await;
@@ -421,9 +392,11 @@ async fn publish(server: &EtcdServer) {
 /// How long a failed publish waits before trying again.
 const PUBLISH_RETRY: Duration = Duration::from_millis(500);
 
+/// A member that stops first (a fatal error) announces nothing.
 async fn announce_when_ready(server: Arc<EtcdServer>) {
-    wait_ready(&server).await;
-    publish(&server).await;
+    if !wait_ready(&server).await || !publish(&server).await {
+        return;
+    }
     tracing::info!(
         "local-member-id" = %format!("{:x}", server.member.id),
         "local-member-attributes" = %format!("{{Name:{} ClientURLs:[{}]}}", server.member.name, server.member.client_urls.join(" ")),

@@ -30,14 +30,14 @@ pub enum StartError {
     Corrupt(String),
 }
 /// Rebuilds the alarms from the backend's alarm table.
-pub fn recover_alarms(alarms: &Alarms, store: &Store) -> Result<(), StartError> {
+pub fn recover_alarms(alarms: &Alarms, store: &Store) -> Result<(), mvcc::MvccError> {
     let records = store.side_records(mvcc::SideTable::Alarms)?;
     alarms.recover(records.into_values());
     Ok(())
 }
 
 /// Rebuilds the lessor from the backend's lease table and leased keys.
-pub fn recover_lessor(lessor: &Lessor, store: &Store) -> Result<(), StartError> {
+pub fn recover_lessor(lessor: &Lessor, store: &Store) -> Result<(), mvcc::MvccError> {
     let records = store.side_records(mvcc::SideTable::Leases)?;
     lessor.recover(records.into_values(), store.take_loaded_leased_keys());
     Ok(())

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use api::etcdserverpb::{CompactionRequest, InternalRaftRequest};
+use api::etcdserverpb::CompactionRequest;
 use api::rpctypes;
 use tokio::sync::watch;
 
@@ -61,12 +61,9 @@ pub fn parse(
 }
 
 async fn compact(server: &EtcdServer, revision: i64) -> Result<(), rpctypes::EtcdError> {
-    let request = InternalRaftRequest {
-        compaction: Some(CompactionRequest {
-            revision,
-            physical: false,
-        }),
-        ..Default::default()
+    let request = CompactionRequest {
+        revision,
+        physical: false,
     };
     match server.propose(request).await {
         Ok(_) => Ok(()),

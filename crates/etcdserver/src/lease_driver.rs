@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use api::etcdserverpb::{
-    InternalRaftRequest, LeaseCheckpointRequest, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
-    LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseStatus,
-    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+    LeaseCheckpointRequest, LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesResponse,
+    LeaseRevokeRequest, LeaseRevokeResponse, LeaseStatus, LeaseTimeToLiveRequest,
+    LeaseTimeToLiveResponse,
 };
 use api::oxcdpeerpb::lease_peer_client::LeasePeerClient;
 use api::oxcdpeerpb::lease_peer_server::{LeasePeer, LeasePeerServer};
@@ -19,7 +19,6 @@ use tokio::sync::{watch, Semaphore};
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 
-use crate::apply::ApplyResponse;
 use crate::server::EtcdServer;
 use lease::MAX_LEASE_CHECKPOINT_BATCH_SIZE;
 use lease::{RenewOutcome, LEASE_CHECKPOINT_RATE, LEASE_REVOKE_RATE};
@@ -46,19 +45,9 @@ impl EtcdServer {
         &self,
         req: LeaseRevokeRequest,
     ) -> Result<LeaseRevokeResponse, EtcdError> {
-        match self
-            .propose(InternalRaftRequest {
-                lease_revoke: Some(req),
-                ..Default::default()
-            })
-            .await?
-        {
-            ApplyResponse::LeaseRevoke(mut resp) => {
-                self.fill_header(&mut resp.header);
-                Ok(resp)
-            }
-            _ => Err(rpctypes::NOT_CAPABLE),
-        }
+        let mut resp = self.propose(req).await?;
+        self.fill_header(&mut resp.header);
+        Ok(resp)
     }
 
     /// Renews a lease on the leader, forwarding from a follower (etcd's
@@ -226,11 +215,7 @@ impl EtcdServer {
             return;
         };
         tokio::spawn(async move {
-            let request = InternalRaftRequest {
-                lease_checkpoint: Some(LeaseCheckpointRequest { checkpoints }),
-                ..Default::default()
-            };
-            if let Err(e) = server.propose(request).await {
+            if let Err(e) = server.propose(LeaseCheckpointRequest { checkpoints }).await {
                 tracing::warn!(error = %e, "failed to checkpoint leases");
             }
         });

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use api::etcdserverpb::{InternalRaftRequest, RequestHeader, ResponseHeader};
+use api::etcdserverpb::ResponseHeader;
+
+use crate::apply::{Proposal, Request};
 use api::rpctypes::{self, EtcdError};
 use consensus::RaftHandle;
 use mvcc::Store;
@@ -137,8 +139,15 @@ impl EtcdServer {
     }
 
     /// Proposes one request through raft and waits until this member has
-    /// applied it (etcd's processInternalRaftRequestOnce).
-    pub async fn propose(&self, request: InternalRaftRequest) -> Result<ApplyResponse, EtcdError> {
+    /// applied it (etcd's processInternalRaftRequestOnce); the response is
+    /// of the request's own kind.
+    pub async fn propose<P: Proposal>(&self, request: P) -> Result<P::Response, EtcdError> {
+        let response = self.propose_request(request.into()).await?;
+        // Apply answers every request with a response of its own kind.
+        P::response(response).ok_or(rpctypes::NOT_CAPABLE)
+    }
+
+    async fn propose_request(&self, request: Request) -> Result<ApplyResponse, EtcdError> {
         // A guard: a caller that goes away mid-proposal drops this future.
         struct Pending<'a>(&'a prometheus::IntGauge);
         impl Drop for Pending<'_> {
@@ -151,20 +160,13 @@ impl EtcdServer {
         self.propose_once(request).await
     }
 
-    async fn propose_once(
-        &self,
-        mut request: InternalRaftRequest,
-    ) -> Result<ApplyResponse, EtcdError> {
+    async fn propose_once(&self, request: Request) -> Result<ApplyResponse, EtcdError> {
         let status = self.raft.status();
         if status.commit_index > *self.applied.borrow() + MAX_GAP_BETWEEN_APPLY_AND_COMMIT {
             return Err(rpctypes::REQUEST_TOO_MANY_REQUESTS);
         }
         let id = self.request_ids.next();
-        request.header = Some(RequestHeader {
-            id,
-            ..Default::default()
-        });
-        let data = request.encode_to_vec();
+        let data = request.into_entry(id).encode_to_vec();
         if data.len() > self.cfg.max_request_bytes {
             return Err(rpctypes::REQUEST_TOO_LARGE);
         }
@@ -283,19 +285,9 @@ impl EtcdServer {
         &self,
         req: api::etcdserverpb::AlarmRequest,
     ) -> Result<api::etcdserverpb::AlarmResponse, EtcdError> {
-        match self
-            .propose(InternalRaftRequest {
-                alarm: Some(req),
-                ..Default::default()
-            })
-            .await?
-        {
-            ApplyResponse::Alarm(mut resp) => {
-                self.fill_header(&mut resp.header);
-                Ok(resp)
-            }
-            _ => Err(rpctypes::NOT_CAPABLE),
-        }
+        let mut resp = self.propose(req).await?;
+        self.fill_header(&mut resp.header);
+        Ok(resp)
     }
 
     /// The raised alarms as Status lists them.
@@ -317,19 +309,9 @@ impl EtcdServer {
         while req.id == 0 {
             req.id = (self.request_ids.next() & ((1 << 63) - 1)) as i64;
         }
-        match self
-            .propose(InternalRaftRequest {
-                lease_grant: Some(req),
-                ..Default::default()
-            })
-            .await?
-        {
-            ApplyResponse::LeaseGrant(mut resp) => {
-                self.fill_header(&mut resp.header);
-                Ok(resp)
-            }
-            _ => Err(rpctypes::NOT_CAPABLE),
-        }
+        let mut resp = self.propose(req).await?;
+        self.fill_header(&mut resp.header);
+        Ok(resp)
     }
 
     pub fn applied_index(&self) -> u64 {

@@ -313,6 +313,13 @@ impl Store {
     /// commit, in the same transaction as finishedCompactRev.
     pub fn compact(&self, revision: i64, consistent_index: u64) -> Result<(), MvccError> {
         let _writer = self.writer.lock();
+        self.compact_locked(revision)?;
+        self.record_consistent_index(consistent_index);
+        Ok(())
+    }
+
+    /// [`Store::compact`] without the index, under the caller's writer lock.
+    pub(crate) fn compact_locked(&self, revision: i64) -> Result<(), MvccError> {
         let dropped = {
             let mut state = self.state.write();
             if revision <= state.compact_revision {
@@ -335,7 +342,6 @@ impl Store {
             pending.compact_revision = Some(revision);
             pending.dirty = true;
         }
-        self.record_consistent_index(consistent_index);
         Ok(())
     }
 

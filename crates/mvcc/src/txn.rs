@@ -59,6 +59,8 @@ pub struct TxnWrite<'s> {
     begin_revision: i64,
     consistent_index: u64,
     changes: Vec<Change>,
+    /// Side-table records to write (Some) or remove (None) at `end`.
+    side: Vec<(crate::SideTable, u64, Option<Vec<u8>>)>,
     reader: ValueReader<'s>,
     ended: bool,
     /// Range, put and delete ops run (counted when the transaction ends).
@@ -78,6 +80,7 @@ impl<'s> TxnWrite<'s> {
             begin_revision,
             consistent_index,
             changes: Vec::new(),
+            side: Vec::new(),
             reader: ValueReader::new(store),
             ended: false,
             ops: 0,
@@ -437,6 +440,31 @@ impl<'s> TxnWrite<'s> {
         self.changes.truncate(savepoint);
     }
 
+    /// The revision this transaction's changes take (its begin revision
+    /// while it has changed nothing): what a response header reports.
+    pub fn revision(&self) -> i64 {
+        self.view_revision()
+    }
+
+    /// Writes (or with None removes) a record of a side table when the
+    /// transaction ends, in the same batch as its consistent index; dropping
+    /// the transaction drops it too.
+    pub fn put_side(&mut self, side: crate::SideTable, id: u64, record: Option<Vec<u8>>) {
+        self.side.push((side, id, record));
+    }
+
+    /// Compacts the history at `revision` (see [`Store::compact`]), as the
+    /// whole of this transaction: it must have changed no key. Takes effect
+    /// at once, also for readers (a compaction cannot be undone); the
+    /// consistent index is recorded at `end`.
+    pub fn compact(&mut self, revision: i64) -> Result<(), MvccError> {
+        assert!(
+            self.changes.is_empty(),
+            "a compaction is a transaction of its own"
+        );
+        self.store.compact_locked(revision)
+    }
+
     /// Ends a transaction that changed nothing without recording an index.
     pub(crate) fn discard(mut self) {
         debug_assert!(self.changes.is_empty(), "a read-only txn changed something");
@@ -484,6 +512,13 @@ impl<'s> TxnWrite<'s> {
             if moved_aside {
                 store.watch.signal.wake();
             }
+        }
+        if !self.side.is_empty() {
+            let mut pending = store.pending.write();
+            for (side, id, record) in self.side.drain(..) {
+                pending.side.insert((side, id), record);
+            }
+            pending.dirty = true;
         }
         store.record_consistent_index(self.consistent_index);
         WriteResult {

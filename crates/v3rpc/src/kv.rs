@@ -4,15 +4,13 @@ use std::sync::Arc;
 
 use api::etcdserverpb::kv_server::Kv;
 use api::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
-    InternalRaftRequest, PutRequest, PutResponse, RangeRequest, RangeResponse, TxnRequest,
-    TxnResponse,
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
 };
 use tonic::{Request, Response, Status};
 
 use crate::check_require_leader;
 use crate::checks;
-use etcdserver::apply::ApplyResponse;
 use etcdserver::errors;
 use etcdserver::EtcdServer;
 
@@ -24,14 +22,6 @@ impl KvService {
     pub fn new(server: Arc<EtcdServer>) -> Self {
         KvService { server }
     }
-
-    async fn propose(&self, request: InternalRaftRequest) -> Result<ApplyResponse, Status> {
-        self.server.propose(request).await.map_err(Status::from)
-    }
-}
-
-fn unexpected() -> Status {
-    Status::internal("etcdserver: unexpected apply response")
 }
 
 #[tonic::async_trait]
@@ -62,19 +52,9 @@ impl Kv for KvService {
         self.server
             .check_quota(etcdserver::alarms::cost_put(&req))
             .await?;
-        match self
-            .propose(InternalRaftRequest {
-                put: Some(req),
-                ..Default::default()
-            })
-            .await?
-        {
-            ApplyResponse::Put(mut resp) => {
-                self.server.fill_header(&mut resp.header);
-                Ok(Response::new(resp))
-            }
-            _ => Err(unexpected()),
-        }
+        let mut resp = self.server.propose(req).await?;
+        self.server.fill_header(&mut resp.header);
+        Ok(Response::new(resp))
     }
 
     async fn delete_range(
@@ -84,19 +64,9 @@ impl Kv for KvService {
         check_require_leader(&self.server, &request)?;
         let req = request.into_inner();
         checks::check_delete(&req)?;
-        match self
-            .propose(InternalRaftRequest {
-                delete_range: Some(req),
-                ..Default::default()
-            })
-            .await?
-        {
-            ApplyResponse::DeleteRange(mut resp) => {
-                self.server.fill_header(&mut resp.header);
-                Ok(Response::new(resp))
-            }
-            _ => Err(unexpected()),
-        }
+        let mut resp = self.server.propose(req).await?;
+        self.server.fill_header(&mut resp.header);
+        Ok(Response::new(resp))
     }
 
     async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
@@ -117,16 +87,7 @@ impl Kv for KvService {
             self.server
                 .check_quota(etcdserver::alarms::cost_txn(&req))
                 .await?;
-            match self
-                .propose(InternalRaftRequest {
-                    txn: Some(req),
-                    ..Default::default()
-                })
-                .await?
-            {
-                ApplyResponse::Txn(resp) => resp,
-                _ => return Err(unexpected()),
-            }
+            self.server.propose(req).await?
         };
         fill_txn_headers(&self.server, &mut resp);
         Ok(Response::new(resp))
@@ -138,19 +99,9 @@ impl Kv for KvService {
     ) -> Result<Response<CompactionResponse>, Status> {
         check_require_leader(&self.server, &request)?;
         let req = request.into_inner();
-        match self
-            .propose(InternalRaftRequest {
-                compaction: Some(req),
-                ..Default::default()
-            })
-            .await?
-        {
-            ApplyResponse::Compaction(mut resp) => {
-                self.server.fill_header(&mut resp.header);
-                Ok(Response::new(resp))
-            }
-            _ => Err(unexpected()),
-        }
+        let mut resp = self.server.propose(req).await?;
+        self.server.fill_header(&mut resp.header);
+        Ok(Response::new(resp))
     }
 }
 

@@ -14,54 +14,9 @@ use super::{counter, gauge};
 /// etcd's warnApplyDuration: an apply slower than this is a slow apply.
 pub(crate) const SLOW_APPLY: Duration = Duration::from_millis(100);
 
-/// The request kinds an entry applies, by etcd's op label. The
-/// discriminant indexes [`OpsMetrics`]'s series ([`ApplyOp::ALL`] order).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum ApplyOp {
-    Put,
-    DeleteRange,
-    Txn,
-    Compaction,
-    LeaseGrant,
-    LeaseRevoke,
-    LeaseCheckpoint,
-    Alarm,
-    ClusterMemberAttrSet,
-    Other,
-}
-
-impl ApplyOp {
-    const ALL: [ApplyOp; 10] = [
-        ApplyOp::Put,
-        ApplyOp::DeleteRange,
-        ApplyOp::Txn,
-        ApplyOp::Compaction,
-        ApplyOp::LeaseGrant,
-        ApplyOp::LeaseRevoke,
-        ApplyOp::LeaseCheckpoint,
-        ApplyOp::Alarm,
-        ApplyOp::ClusterMemberAttrSet,
-        ApplyOp::Other,
-    ];
-
-    fn label(self) -> &'static str {
-        match self {
-            ApplyOp::Put => "Put",
-            ApplyOp::DeleteRange => "DeleteRange",
-            ApplyOp::Txn => "Txn",
-            ApplyOp::Compaction => "Compaction",
-            ApplyOp::LeaseGrant => "LeaseGrant",
-            ApplyOp::LeaseRevoke => "LeaseRevoke",
-            ApplyOp::LeaseCheckpoint => "LeaseCheckpoint",
-            ApplyOp::Alarm => "Alarm",
-            ApplyOp::ClusterMemberAttrSet => "ClusterMemberAttrSet",
-            ApplyOp::Other => "Unknown",
-        }
-    }
-}
-
 pub struct OpsMetrics {
-    /// By [`ApplyOp`] index, then [failed, succeeded].
+    /// By request kind (`apply::Request::KINDS`, etcd's op labels), then
+    /// [failed, succeeded].
     apply: Vec<[Histogram; 2]>,
     slow_applies: IntCounter,
     defrag: Histogram,
@@ -99,11 +54,9 @@ impl OpsMetrics {
         r.register(Box::new(apply.clone()))
             .expect("metric registered once");
         OpsMetrics {
-            apply: ApplyOp::ALL
+            apply: crate::apply::Request::KINDS
                 .iter()
-                .map(|op| {
-                    ["false", "true"].map(|ok| apply.with_label_values(&["v3", op.label(), ok]))
-                })
+                .map(|op| ["false", "true"].map(|ok| apply.with_label_values(&["v3", op, ok])))
                 .collect(),
             slow_applies: counter(
                 r,
@@ -172,9 +125,10 @@ impl OpsMetrics {
     }
 
     /// One applied entry of kind `op`, begun at `started`.
-    pub(crate) fn applied(&self, op: ApplyOp, succeeded: bool, started: Instant) {
+    /// An apply of a request of kind `kind` (`apply::Request::kind`).
+    pub(crate) fn applied(&self, kind: usize, succeeded: bool, started: Instant) {
         let took = started.elapsed();
-        self.apply[op as usize][usize::from(succeeded)].observe(took.as_secs_f64());
+        self.apply[kind][usize::from(succeeded)].observe(took.as_secs_f64());
         if took > SLOW_APPLY {
             self.slow_applies.inc();
         }
@@ -229,18 +183,6 @@ impl Drop for Timer<'_> {
     fn drop(&mut self) {
         if let Some(inflight) = self.inflight {
             inflight.set(0);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn apply_ops_index_their_series_in_order() {
-        for (i, op) in ApplyOp::ALL.iter().enumerate() {
-            assert_eq!(*op as usize, i, "{op:?}");
         }
     }
 }

@@ -1,0 +1,317 @@
+//! The state machine: a committed request in, its response out, as a
+//! function of the member's state (store, lessor, alarms, members) and the
+//! entry. No raft, no threads, no clock but the lessor's grant time: a test
+//! drives it entry by entry.
+//!
+//! Each entry is one mvcc write transaction, whatever it carries: its key
+//! changes, its side-table records (leases, alarms, members) and its
+//! consistent index are published together at the transaction's end — the
+//! one place an entry's index is recorded. An entry at or below the store's
+//! consistent index was applied before (a restart replays the WAL above the
+//! durable index) and is skipped.
+//!
+//! Alarms restrict what applies as etcd's wrapping appliers do: with
+//! NOSPACE raised the [`Capped`] applier refuses what would grow the
+//! backend, with CORRUPT the [`Corrupt`] applier refuses every write.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use api::etcdserverpb::{
+    alarm_request::AlarmAction, AlarmRequest, AlarmResponse, AlarmType,
+    ClusterMemberAttrSetRequest, CompactionRequest, CompactionResponse, DeleteRangeRequest,
+    LeaseCheckpointRequest, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest,
+    LeaseRevokeResponse, ResponseHeader,
+};
+use api::rpctypes::{self, EtcdError};
+use lease::Lessor;
+use mvcc::{SideTable, Store, TxnWrite};
+
+use super::request::{ApplyResponse, Request};
+use super::ApplyOutcome;
+use crate::alarms::{Alarms, Restriction};
+use crate::errors;
+use crate::membership::ClusterMembers;
+use crate::metrics::Metrics;
+
+/// The member's replicated state, and how a committed request changes it.
+pub struct StateMachine {
+    pub(crate) store: Arc<Store>,
+    pub(crate) lessor: Arc<Lessor>,
+    pub(crate) alarms: Arc<Alarms>,
+    pub(crate) members: Arc<ClusterMembers>,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+/// Why a request was not carried out.
+pub(crate) enum ApplyError {
+    /// The request's own error, for its proposer; every member gives it
+    /// alike (the entry is applied: its index is recorded).
+    Refused(EtcdError),
+    /// Apply cannot carry the entry out (the backend failed under it): it
+    /// halts, publishing nothing of it.
+    Halt(String),
+}
+
+impl From<EtcdError> for ApplyError {
+    fn from(e: EtcdError) -> Self {
+        ApplyError::Refused(e)
+    }
+}
+
+impl From<mvcc::MvccError> for ApplyError {
+    fn from(e: mvcc::MvccError) -> Self {
+        match e {
+            mvcc::MvccError::Backend(_) | mvcc::MvccError::Corrupt(_) => {
+                ApplyError::Halt(format!("the backend failed under it: {e}"))
+            }
+            e => ApplyError::Refused(errors::from_mvcc(&e)),
+        }
+    }
+}
+
+/// What an applier does with one request, inside the entry's transaction.
+trait Apply {
+    fn apply(&self, w: &mut TxnWrite<'_>, request: Request) -> Result<ApplyResponse, ApplyError>;
+}
+
+/// etcd's applierV3Capped: refuses what would grow the backend.
+struct Capped<A>(A);
+
+impl<A: Apply> Apply for Capped<A> {
+    fn apply(&self, w: &mut TxnWrite<'_>, request: Request) -> Result<ApplyResponse, ApplyError> {
+        if request.grows_backend() {
+            return Err(rpctypes::NO_SPACE.into());
+        }
+        self.0.apply(w, request)
+    }
+}
+
+/// etcd's applierV3Corrupt: refuses every write.
+struct Corrupt<A>(A);
+
+impl<A: Apply> Apply for Corrupt<A> {
+    fn apply(&self, w: &mut TxnWrite<'_>, request: Request) -> Result<ApplyResponse, ApplyError> {
+        if request.writes() {
+            return Err(rpctypes::CORRUPT.into());
+        }
+        self.0.apply(w, request)
+    }
+}
+
+/// etcd's applierV3backend: every request carried out.
+struct Backend<'m>(&'m StateMachine);
+
+impl Apply for Backend<'_> {
+    fn apply(&self, w: &mut TxnWrite<'_>, request: Request) -> Result<ApplyResponse, ApplyError> {
+        let m = self.0;
+        Ok(match request {
+            Request::Put(put) => ApplyResponse::Put(w.put(&put)?),
+            Request::DeleteRange(delete) => ApplyResponse::DeleteRange(w.delete_range(&delete)?),
+            Request::Txn(txn) => ApplyResponse::Txn(w.txn(&txn)?),
+            Request::Compaction(req) => ApplyResponse::Compaction(m.compact(w, &req)?),
+            Request::LeaseGrant(req) => ApplyResponse::LeaseGrant(m.lease_grant(w, &req)?),
+            Request::LeaseRevoke(req) => ApplyResponse::LeaseRevoke(m.lease_revoke(w, &req)?),
+            Request::LeaseCheckpoint(req) => {
+                m.lease_checkpoint(w, &req);
+                ApplyResponse::LeaseCheckpoint(())
+            }
+            Request::Alarm(req) => ApplyResponse::Alarm(m.alarm(w, &req)),
+            Request::ClusterMemberAttrSet(req) => {
+                m.member_attributes(w, req);
+                ApplyResponse::ClusterMemberAttrSet(())
+            }
+        })
+    }
+}
+
+impl StateMachine {
+    pub fn new(
+        store: Arc<Store>,
+        lessor: Arc<Lessor>,
+        alarms: Arc<Alarms>,
+        members: Arc<ClusterMembers>,
+        metrics: Arc<Metrics>,
+    ) -> StateMachine {
+        StateMachine {
+            store,
+            lessor,
+            alarms,
+            members,
+            metrics,
+        }
+    }
+
+    /// Applies the committed entry at `index` carrying `request` (None: an
+    /// entry with no request, raft's empty entries and conf changes).
+    /// Ok(None) for an entry applied before; Ok(Some(outcome)) for its
+    /// proposer; Err(cause) when apply cannot carry it out (nothing of it
+    /// is published and its index is not recorded: the loop halts).
+    pub(crate) fn apply(
+        &self,
+        index: u64,
+        request: Option<Request>,
+    ) -> Result<Option<ApplyOutcome>, String> {
+        if index <= self.store.consistent_index() {
+            return Ok(None);
+        }
+        let mut w = self.store.write(index);
+        let outcome = match request {
+            None => None,
+            Some(request) => {
+                let kind = request.kind();
+                let started = Instant::now();
+                let applied = match self.alarms.restriction() {
+                    Restriction::None => Backend(self).apply(&mut w, request),
+                    Restriction::Capped => Capped(Backend(self)).apply(&mut w, request),
+                    Restriction::Corrupt => Corrupt(Backend(self)).apply(&mut w, request),
+                };
+                let outcome = match applied {
+                    Ok(response) => Ok(response),
+                    Err(ApplyError::Refused(e)) => Err(e),
+                    // The dropped transaction publishes nothing.
+                    Err(ApplyError::Halt(cause)) => return Err(cause),
+                };
+                self.metrics.ops.applied(kind, outcome.is_ok(), started);
+                Some(outcome)
+            }
+        };
+        let written = w.end();
+        self.lessor.on_events(&written.events);
+        Ok(outcome)
+    }
+
+    fn compact(
+        &self,
+        w: &mut TxnWrite<'_>,
+        req: &CompactionRequest,
+    ) -> Result<CompactionResponse, ApplyError> {
+        w.compact(req.revision)?;
+        Ok(CompactionResponse {
+            header: Some(ResponseHeader {
+                revision: w.revision(),
+                ..Default::default()
+            }),
+        })
+    }
+
+    fn lease_grant(
+        &self,
+        w: &mut TxnWrite<'_>,
+        req: &LeaseGrantRequest,
+    ) -> Result<LeaseGrantResponse, ApplyError> {
+        let (ttl, record) = self.lessor.grant(req.id, req.ttl, Instant::now())?;
+        self.metrics.ops.lease_granted.inc();
+        w.put_side(SideTable::Leases, req.id as u64, Some(record));
+        Ok(LeaseGrantResponse {
+            header: None,
+            id: req.id,
+            ttl,
+            error: String::new(),
+        })
+    }
+
+    /// Deletes every key of the lease in one revision (in key order, as
+    /// etcd) and the lease record with it.
+    fn lease_revoke(
+        &self,
+        w: &mut TxnWrite<'_>,
+        req: &LeaseRevokeRequest,
+    ) -> Result<LeaseRevokeResponse, ApplyError> {
+        let keys = self
+            .lessor
+            .keys_to_revoke(req.id)
+            .ok_or(rpctypes::LEASE_NOT_FOUND)?;
+        for key in keys {
+            w.delete_range(&DeleteRangeRequest {
+                key,
+                ..Default::default()
+            })?;
+        }
+        w.put_side(SideTable::Leases, req.id as u64, None);
+        self.lessor.remove(req.id);
+        self.metrics.ops.lease_revoked.inc();
+        Ok(LeaseRevokeResponse {
+            header: Some(ResponseHeader {
+                revision: w.revision(),
+                ..Default::default()
+            }),
+        })
+    }
+
+    fn lease_checkpoint(&self, w: &mut TxnWrite<'_>, req: &LeaseCheckpointRequest) {
+        for (id, record) in self.lessor.checkpoint(&req.checkpoints, Instant::now()) {
+            w.put_side(SideTable::Leases, id as u64, Some(record));
+        }
+    }
+
+    /// etcd's applierV3backend.Alarm: GET lists; ACTIVATE/DEACTIVATE change
+    /// the set (persisted with this entry) and answer with the alarm
+    /// changed, if any.
+    fn alarm(&self, w: &mut TxnWrite<'_>, req: &AlarmRequest) -> AlarmResponse {
+        let mut resp = AlarmResponse::default();
+        let changed = match AlarmAction::try_from(req.action) {
+            Ok(AlarmAction::Get) => {
+                resp.alarms = self.alarms.get(req.alarm);
+                None
+            }
+            Ok(AlarmAction::Activate) => self
+                .alarms
+                .activate(req.member_id, req.alarm)
+                .map(|m| (m, true)),
+            Ok(AlarmAction::Deactivate) => self
+                .alarms
+                .deactivate(req.member_id, req.alarm)
+                .map(|m| (m, false)),
+            Err(_) => None,
+        };
+        if let Some((member, raised)) = changed {
+            let name = AlarmType::try_from(member.alarm).map_or("UNKNOWN", |a| a.as_str_name());
+            if raised {
+                tracing::warn!(alarm = name, "from" = %format!("{:x}", member.member_id), "alarm raised");
+            } else {
+                tracing::info!(alarm = name, "from" = %format!("{:x}", member.member_id), "alarm disarmed");
+            }
+            w.put_side(
+                SideTable::Alarms,
+                schema::alarms::record_key(member.member_id, member.alarm),
+                raised.then(|| schema::alarms::encode(member.member_id, member.alarm)),
+            );
+            resp.alarms.push(member);
+        }
+        resp
+    }
+
+    /// A member's published name and client URLs.
+    fn member_attributes(&self, w: &mut TxnWrite<'_>, req: ClusterMemberAttrSetRequest) {
+        let attributes = req.member_attributes.unwrap_or_default();
+        match self
+            .members
+            .set_attributes(req.member_id, &attributes.name, &attributes.client_urls)
+        {
+            Some(member) => w.put_side(
+                SideTable::Members,
+                member.id,
+                Some(schema::members::encode(&member)),
+            ),
+            None => {
+                tracing::warn!(member = %format!("{:x}", req.member_id), "attributes of an unknown member ignored")
+            }
+        }
+    }
+
+    /// Rebuilds what lives beside the store (leases, alarms, members) from
+    /// it: at start and after a snapshot replaced the store.
+    pub(crate) fn recover(&self) -> Result<(), mvcc::MvccError> {
+        crate::bootstrap::recover_alarms(&self.alarms, &self.store)?;
+        crate::bootstrap::recover_lessor(&self.lessor, &self.store)?;
+        let members = self.store.members()?;
+        self.members.replace(
+            members
+                .values()
+                .filter_map(|b| schema::members::decode(b))
+                .collect(),
+        );
+        Ok(())
+    }
+}

@@ -254,14 +254,6 @@ impl Store {
         self.record_consistent_index(consistent_index);
     }
 
-    /// Stages a side-table change without recording an index: for changes
-    /// made together with a write transaction whose `end` records it.
-    pub fn stage_side(&self, side: SideTable, id: u64, record: Option<Vec<u8>>) {
-        let mut pending = self.pending.write();
-        pending.side.insert((side, id), record);
-        pending.dirty = true;
-    }
-
     /// Every record of a side table: the file's, with applied-but-uncommitted
     /// changes.
     pub fn side_records(&self, side: SideTable) -> Result<BTreeMap<u64, Vec<u8>>, MvccError> {

@@ -250,7 +250,11 @@ impl Store {
         consistent_index: u64,
     ) {
         let _writer = self.writer.lock();
-        self.stage_side(side, id, record);
+        {
+            let mut pending = self.pending.write();
+            pending.side.insert((side, id), record);
+            pending.dirty = true;
+        }
         self.record_consistent_index(consistent_index);
     }
 

@@ -672,6 +672,16 @@ impl Node {
 
     fn publish_status(&self) {
         let raft = &self.raw.raft;
+        // raft hands out only persisted, committed entries (a follower's
+        // commit index may run ahead of its own log: committed ≤ persisted
+        // does not hold, so it is not asserted).
+        assert!(
+            raft.raft_log.applied <= raft.raft_log.committed.min(raft.raft_log.persisted),
+            "applied {} beyond committed {} or persisted {}",
+            raft.raft_log.applied,
+            raft.raft_log.committed,
+            raft.raft_log.persisted
+        );
         let status = RaftStatus {
             id: self.id,
             leader: raft.leader_id,

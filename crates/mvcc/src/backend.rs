@@ -445,6 +445,12 @@ pub(crate) fn commit_batch(db: &Database, batch: &Batch<'_>) -> Result<Option<i6
         let mut table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
         for (revision, (tombstone, value)) in batch.records {
             let key = RevisionKey::new(*revision, *tombstone);
+            // Checked right before it is written, as it is right after it is
+            // read: a record damaged in memory never reaches the file.
+            assert!(
+                unseal(value).is_ok(),
+                "the record of revision {revision:?} is sealed"
+            );
             table
                 .insert(key.as_slice(), &value[..])
                 .map_err(backend_error)?;

@@ -251,6 +251,24 @@ impl Applier {
         }
         let mut last = None;
         let mut result = Ok(());
+        // Entries cross from the raft thread in index order, contiguous and
+        // right after what was applied (a restart replays from the durable
+        // index, below it): anything else would apply a gap.
+        let applied = *self.applied.borrow();
+        for pair in batch.entries.windows(2) {
+            assert_eq!(
+                pair[1].index,
+                pair[0].index + 1,
+                "committed entries are contiguous"
+            );
+        }
+        if let Some(first) = batch.entries.first() {
+            assert!(
+                first.index <= applied.max(self.machine.store.consistent_index()) + 1,
+                "committed entry {} after applied index {applied}: a gap",
+                first.index
+            );
+        }
         for entry in &batch.entries {
             if let Err(halted) = self.apply_entry(entry) {
                 result = Err(halted);

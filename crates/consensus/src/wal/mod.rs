@@ -94,21 +94,26 @@
 //! durable backend commit and a saved snapshot; this module keeps no opinion
 //! on that beyond never deleting the active segment.
 
+mod file;
 mod record;
+mod replay;
 #[cfg(test)]
 mod tests;
 
+pub use file::free_bytes;
+pub(crate) use file::sync_dir;
+use file::{preallocate_what_fits, write_new_segment};
 pub use record::{
     Metadata, Record, SnapshotMarker, HEADER_LEN, MAX_RECORD_PAYLOAD, WAL_FORMAT_VERSION,
 };
+use replay::{Replay, SegmentTail};
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read as _, Write};
+use std::io::{self, Read as _};
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 
 use raft::eraftpb::{Entry, HardState};
-use record::DecodeError;
 
 /// Segment size at which the WAL cuts a new file: etcd's SegmentSizeBytes,
 /// 64,000,000 bytes (decimal, ~61 MiB), so a 64 MiB volume holds a first
@@ -234,11 +239,6 @@ fn parse_segment_name(name: &str) -> Option<(u64, u64)> {
         u64::from_str_radix(seq, 16).ok()?,
         u64::from_str_radix(index, 16).ok()?,
     ))
-}
-
-/// fsync a directory so that creates, renames and deletes in it are durable.
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 impl Wal {
@@ -590,288 +590,4 @@ fn list_segments(dir: &Path) -> Result<Vec<Segment>, WalError> {
         }
     }
     Ok(segments)
-}
-
-/// Allocates `file` up to `len` bytes (never shrinking it) with
-/// `posix_fallocate`; the new space reads as zeros. Returns false, having done
-/// nothing, where the filesystem cannot preallocate.
-fn preallocate(file: &File, len: u64) -> io::Result<bool> {
-    if len == 0 {
-        return Ok(false);
-    }
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::io::AsRawFd as _;
-        let len = libc::off_t::try_from(len)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "preallocation too large"))?;
-        // SAFETY: plain syscall on a file descriptor owned by `file`, which
-        // outlives the call.
-        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
-        // posix_fallocate returns the error number; it does not set errno
-        match rc {
-            0 => Ok(true),
-            libc::EOPNOTSUPP => {
-                tracing::debug!("wal: filesystem cannot preallocate; segments will grow");
-                Ok(false)
-            }
-            e => Err(io::Error::from_raw_os_error(e)),
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = file;
-        Ok(false)
-    }
-}
-
-/// [`preallocate`], but on a volume without room for `len` bytes (ENOSPC),
-/// half of its free space (the backend shares the volume), with a warning:
-/// a small volume still starts and serves until it fills, as etcd does on a
-/// volume just larger than its segment. Returns whether anything was
-/// preallocated; segments grow as written beyond it.
-fn preallocate_what_fits(file: &File, len: u64, path: &Path) -> io::Result<bool> {
-    match preallocate(file, len) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
-            let current = file.metadata()?.len();
-            let free = free_bytes(path.parent().unwrap_or(path))?;
-            let fits = current + free / 2;
-            tracing::warn!(
-                file = %path.display(),
-                "segment-bytes" = len,
-                "volume-free-bytes" = free,
-                "preallocated-bytes" = fits.max(current),
-                "wal: the volume is too small for a whole segment; preallocating what fits \
-                 (the member stops when the volume fills)"
-            );
-            if fits <= current {
-                return Ok(false);
-            }
-            match preallocate(file, fits) {
-                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => Ok(false),
-                other => other,
-            }
-        }
-        other => other,
-    }
-}
-
-/// Bytes an unprivileged writer can still allocate on the volume holding
-/// `path` (statvfs's f_bavail).
-pub fn free_bytes(path: &Path) -> io::Result<u64> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
-    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: c_path is a valid NUL-terminated string and stat a writable
-    // statvfs; the struct is read only after the call succeeded.
-    let rc = unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: statvfs returned 0, so it filled the struct.
-    let stat = unsafe { stat.assume_init() };
-    // fsblkcnt_t and c_ulong are u64 only on 64-bit targets
-    #[allow(clippy::unnecessary_cast)]
-    Ok((stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64))
-}
-
-/// Creates `segment` holding its header records, preallocated to
-/// `preallocate_to`; returns it open for writing with its logical length.
-fn write_new_segment(
-    dir: &Path,
-    segment: &Segment,
-    metadata: &Metadata,
-    hard_state: &HardState,
-    snapshot: &SnapshotMarker,
-    preallocate_to: u64,
-) -> Result<(File, u64), WalError> {
-    let mut buf = Vec::new();
-    record::encode(&Record::Metadata(metadata.clone()), &mut buf);
-    if *hard_state != HardState::default() {
-        record::encode(&Record::HardState(hard_state.clone()), &mut buf);
-    }
-    if snapshot.index > 0 {
-        record::encode(&Record::Snapshot(*snapshot), &mut buf);
-    }
-    let tmp = segment.path.with_extension("wal.tmp");
-    let mut file = File::create(&tmp).map_err(io_err(&tmp))?;
-    file.write_all(&buf).map_err(io_err(&tmp))?;
-    if preallocate_to > buf.len() as u64 {
-        preallocate_what_fits(&file, preallocate_to, &tmp).map_err(io_err(&tmp))?;
-    }
-    file.sync_all().map_err(io_err(&tmp))?;
-    fs::rename(&tmp, &segment.path).map_err(io_err(&segment.path))?;
-    sync_dir(dir).map_err(io_err(dir))?;
-    // The descriptor follows the rename; records go at the logical length.
-    Ok((file, buf.len() as u64))
-}
-
-/// State accumulated while replaying segments in order.
-#[derive(Default)]
-struct Replay {
-    metadata: Option<Metadata>,
-    hard_state: HardState,
-    entries: Vec<Entry>,
-    snapshot: Option<SnapshotMarker>,
-}
-
-/// Where a segment's records end, as found by [`Replay::read_segment`].
-#[derive(Default)]
-struct SegmentTail {
-    /// End of the last valid record: the logical length.
-    valid_len: u64,
-    /// Length of the file (preallocated space included).
-    file_len: u64,
-    /// Bytes of a torn record after `valid_len`, up to the last non-zero
-    /// byte; 0 when only zeros (or nothing) follow the last valid record.
-    torn_bytes: u64,
-}
-
-/// Whether `buf` holds only zero bytes. It may be a whole 64 MiB
-/// preallocated tail: compare in blocks (memcmp) rather than byte by byte.
-fn all_zero(buf: &[u8]) -> bool {
-    const ZEROS: [u8; 4096] = [0; 4096];
-    buf.chunks(ZEROS.len()).all(|c| c == &ZEROS[..c.len()])
-}
-
-/// Length of `buf` without its trailing zero bytes.
-fn trim_zero_tail(buf: &[u8]) -> usize {
-    let mut end = buf.len();
-    while end > 0 {
-        let start = end.saturating_sub(4096);
-        if all_zero(&buf[start..end]) {
-            end = start;
-        } else {
-            return start
-                + buf[start..end]
-                    .iter()
-                    .rposition(|b| *b != 0)
-                    .map_or(0, |p| p + 1);
-        }
-    }
-    0
-}
-
-impl Replay {
-    /// Reads one segment and finds where its records end. Damage is an error
-    /// unless it is a torn tail of the last segment; so is anything but
-    /// records in a sealed segment.
-    fn read_segment(&mut self, segment: &Segment, is_last: bool) -> Result<SegmentTail, WalError> {
-        let buf = fs::read(&segment.path).map_err(io_err(&segment.path))?;
-        let corrupt = |offset: usize, reason: String| WalError::Corrupt {
-            path: segment.path.clone(),
-            offset: offset as u64,
-            reason,
-        };
-        // In the last segment, whether nothing but zeros follows `from`.
-        let zeros_after = |from: usize| is_last && all_zero(buf.get(from..).unwrap_or_default());
-        let mut offset = 0usize;
-        let mut first = true;
-        let mut torn = false;
-        while offset < buf.len() {
-            let rest = &buf[offset..];
-            match record::decode(rest) {
-                Ok((record, len)) => {
-                    self.apply(record, first)
-                        .map_err(|reason| corrupt(offset, reason))?;
-                    first = false;
-                    offset += len;
-                }
-                // the logical end: a zero-filled (preallocated) tail, no repair
-                Err(_) if zeros_after(offset) => break,
-                Err(DecodeError::Incomplete) if is_last => {
-                    torn = true;
-                    break;
-                }
-                Err(DecodeError::Incomplete) => {
-                    return Err(corrupt(
-                        offset,
-                        "truncated record in a sealed segment".into(),
-                    ))
-                }
-                Err(DecodeError::BadHeader) if zeros_after(offset + HEADER_LEN) => {
-                    torn = true;
-                    break;
-                }
-                Err(DecodeError::BadHeader) => {
-                    return Err(corrupt(offset, "record header fails its CRC".into()))
-                }
-                Err(DecodeError::BadPayloadCrc { record_len })
-                    if zeros_after(offset + record_len) =>
-                {
-                    torn = true;
-                    break;
-                }
-                Err(DecodeError::BadPayloadCrc { .. }) => {
-                    return Err(corrupt(
-                        offset,
-                        "record payload fails its CRC with more data after it".into(),
-                    ))
-                }
-                Err(DecodeError::BadPayload { reason, .. }) => return Err(corrupt(offset, reason)),
-            }
-        }
-        if first && !is_last {
-            return Err(corrupt(0, "segment holds no records".into()));
-        }
-        let torn_bytes = if torn {
-            // at least one byte: a torn record is never all zeros
-            trim_zero_tail(&buf).saturating_sub(offset).max(1) as u64
-        } else {
-            0
-        };
-        Ok(SegmentTail {
-            valid_len: offset as u64,
-            file_len: buf.len() as u64,
-            torn_bytes,
-        })
-    }
-
-    fn apply(&mut self, record: Record, first_in_segment: bool) -> Result<(), String> {
-        if first_in_segment != matches!(record, Record::Metadata(_)) {
-            return Err("a segment must start with exactly one metadata record".into());
-        }
-        match record {
-            Record::Metadata(m) => {
-                if let Some(prev) = &self.metadata {
-                    if *prev != m {
-                        return Err(format!("metadata {m:?} differs from earlier {prev:?}"));
-                    }
-                }
-                self.metadata = Some(m);
-            }
-            Record::HardState(hs) => self.hard_state = hs,
-            Record::Snapshot(marker) => {
-                if self.snapshot.is_none_or(|s| marker.index >= s.index) {
-                    self.snapshot = Some(marker);
-                }
-            }
-            Record::Entry(e) => {
-                let snapshot_index = self.snapshot.map_or(0, |s| s.index);
-                match self.entries.first().map(|f| f.index) {
-                    None => {}
-                    Some(first) if e.index <= first => self.entries.clear(),
-                    Some(first) => {
-                        let last = first + self.entries.len() as u64 - 1;
-                        if e.index <= last {
-                            // raft log truncation on conflict
-                            self.entries.truncate((e.index - first) as usize);
-                        } else if e.index > last + 1 {
-                            if e.index <= snapshot_index + 1 {
-                                // the log restarts after a snapshot received from the leader
-                                self.entries.clear();
-                            } else {
-                                return Err(format!(
-                                    "entry {} follows entry {last}: gap in the log",
-                                    e.index
-                                ));
-                            }
-                        }
-                    }
-                }
-                self.entries.push(e);
-            }
-        }
-        Ok(())
-    }
 }

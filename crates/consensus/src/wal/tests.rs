@@ -1,3 +1,4 @@
+use super::file::preallocate;
 use super::*;
 use std::fs;
 

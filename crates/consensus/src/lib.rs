@@ -98,14 +98,6 @@ pub const MAX_SIZE_PER_MSG: u64 = 1024 * 1024;
 /// raft-rs inflight append window (etcd's maxInflightMsgs).
 pub const MAX_INFLIGHT_MSGS: usize = 512;
 
-/// ReadIndex rounds in flight at once; later requests wait for the next round.
-/// One, as etcd's linearizable read loop: every read that arrives while a
-/// round is out shares the next one, so a busy member sends one round per
-/// round trip instead of one per few reads (3 members, range linearizable
-/// with 100 clients on all members, A/B: ~10% more req/s and ~15% less CPU
-/// per read than 64 rounds in flight).
-pub const MAX_READ_ROUNDS_IN_FLIGHT: usize = 1;
-
 /// The raft thread's stack: inline apply runs the apply side's code on it,
 /// which recurses once per level of a nested txn (the server's request
 /// threads get the same for the same reason). Only pages used are mapped.

@@ -1,6 +1,5 @@
 //! The raft thread: owns the RawNode, the WAL and the snapshotter.
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,32 +7,21 @@ use std::time::{Duration, Instant};
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeV2, ConfState, Entry, EntryType, Snapshot};
 use raft::storage::MemStorage;
-use raft::{Config, RawNode, ReadOnlyOption, ReadState, StateRole, Storage, INVALID_ID};
-use tokio::sync::{mpsc, oneshot};
+use raft::{Config, RawNode, ReadOnlyOption, StateRole, Storage, INVALID_ID};
+use tokio::sync::mpsc;
 
 use crate::snap::Snapshotter;
 use crate::wal::{Metadata, SnapshotMarker, Wal};
 use crate::{
     CommittedBatch, ConsensusError, Input, RaftConfig, RaftStatus, Shared, StartOptions, Transport,
-    INPUT_QUEUE_CAPACITY, MAX_INFLIGHT_MSGS, MAX_READ_ROUNDS_IN_FLIGHT, MAX_SIZE_PER_MSG,
-    SNAPSHOT_CATCH_UP_ENTRIES,
+    INPUT_QUEUE_CAPACITY, MAX_INFLIGHT_MSGS, MAX_SIZE_PER_MSG, SNAPSHOT_CATCH_UP_ENTRIES,
 };
 
-type ReadWaiter = oneshot::Sender<Result<u64, ConsensusError>>;
+mod conf;
+mod reads;
 
-/// One ReadIndex round: every waiter queued when it started shares it.
-struct ReadRound {
-    ctx: u64,
-    started: Instant,
-    /// When the ReadIndex request was last handed to raft: raft drops it
-    /// silently (a new leader that has not yet committed in its term, a lost
-    /// message), so it is sent again after `READ_INDEX_RETRY`.
-    sent: Instant,
-    waiters: Vec<ReadWaiter>,
-}
-
-/// etcd's readIndexRetryTime.
-const READ_INDEX_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
+use conf::ConfHistory;
+use reads::ReadRounds;
 
 pub(crate) struct Node {
     id: u64,
@@ -49,18 +37,13 @@ pub(crate) struct Node {
     runtime: Option<tokio::runtime::Runtime>,
     heartbeat: Duration,
     next_tick: Instant,
-    read_timeout: Duration,
-    pending_reads: Vec<ReadWaiter>,
-    read_rounds: VecDeque<ReadRound>,
-    next_read_ctx: u64,
+    reads: ReadRounds,
     last_leader: u64,
     leader_changes: u64,
     snapshot_index: u64,
     /// Entries kept in memory below a snapshot for slow followers.
     catch_up_entries: u64,
-    /// (index, conf state in force from that index), oldest first; the first
-    /// element is at or below the last snapshot.
-    conf_history: Vec<(u64, ConfState)>,
+    conf_history: ConfHistory,
 }
 
 enum Wake {
@@ -208,10 +191,10 @@ impl Node {
 
         // Conf changes at or below `applied` will not be handed out again;
         // replay them into raft now. Those above come back through the loop.
-        let mut conf_history = vec![(snap_index, base_conf)];
+        let mut conf_history = ConfHistory::new(snap_index, base_conf);
         for e in entries.iter().filter(|e| e.index <= applied) {
             if let Some(cs) = apply_conf_change_entry(&mut raw, e)? {
-                conf_history.push((e.index, cs));
+                conf_history.push(e.index, cs);
             }
         }
 
@@ -245,10 +228,7 @@ impl Node {
             heartbeat: cfg.heartbeat,
             next_tick: Instant::now() + cfg.heartbeat,
             // etcd: request timeout 5s + 2 × election timeout
-            read_timeout: Duration::from_secs(5) + cfg.election_timeout * 2,
-            pending_reads: Vec::new(),
-            read_rounds: VecDeque::new(),
-            next_read_ctx: 1,
+            reads: ReadRounds::new(Duration::from_secs(5) + cfg.election_timeout * 2),
             last_leader: INVALID_ID,
             leader_changes: 0,
             snapshot_index: snap_index,
@@ -340,8 +320,8 @@ impl Node {
         }
         self.advance_applied();
         self.maybe_snapshot()?;
-        self.start_read_round();
-        self.expire_read_rounds(now);
+        self.reads.start(&mut self.raw, now);
+        self.reads.expire(&mut self.raw, now);
         self.handle_readies()?;
         self.publish_status();
         Ok(())
@@ -373,7 +353,7 @@ impl Node {
                 };
                 let _ = reply.send(result);
             }
-            Input::ReadIndex { reply } => self.pending_reads.push(reply),
+            Input::ReadIndex { reply } => self.reads.queue(reply),
             Input::ReportSnapshot { to, finished } => {
                 let status = if finished {
                     raft::SnapshotStatus::Finish
@@ -400,66 +380,6 @@ impl Node {
         }
     }
 
-    fn start_read_round(&mut self) {
-        if self.pending_reads.is_empty() || self.read_rounds.len() >= MAX_READ_ROUNDS_IN_FLIGHT {
-            return;
-        }
-        if self.raw.raft.leader_id == INVALID_ID {
-            for waiter in self.pending_reads.drain(..) {
-                let _ = waiter.send(Err(ConsensusError::NoLeader));
-            }
-            return;
-        }
-        // A leader answers ReadIndex only once it has committed an entry of
-        // its own term; asking earlier would be dropped. Wait for it.
-        if self.raw.raft.leader_id == self.raw.raft.id && !self.raw.raft.commit_to_current_term() {
-            return;
-        }
-        let ctx = self.next_read_ctx;
-        self.next_read_ctx += 1;
-        self.raw.read_index(ctx.to_be_bytes().to_vec());
-        let now = Instant::now();
-        self.read_rounds.push_back(ReadRound {
-            ctx,
-            started: now,
-            sent: now,
-            waiters: std::mem::take(&mut self.pending_reads),
-        });
-    }
-
-    fn expire_read_rounds(&mut self, now: Instant) {
-        if self.raw.raft.leader_id != INVALID_ID {
-            for round in self.read_rounds.iter_mut() {
-                if now.duration_since(round.sent) >= READ_INDEX_RETRY {
-                    self.raw.read_index(round.ctx.to_be_bytes().to_vec());
-                    round.sent = now;
-                }
-            }
-        }
-        while let Some(round) = self.read_rounds.front() {
-            if now.duration_since(round.started) < self.read_timeout {
-                break;
-            }
-            let round = self.read_rounds.pop_front().expect("front exists");
-            for waiter in round.waiters {
-                let _ = waiter.send(Err(ConsensusError::Timeout));
-            }
-        }
-    }
-
-    fn on_read_state(&mut self, state: ReadState) {
-        let Ok(ctx) = <[u8; 8]>::try_from(state.request_ctx.as_slice()) else {
-            return;
-        };
-        let ctx = u64::from_be_bytes(ctx);
-        if let Some(pos) = self.read_rounds.iter().position(|r| r.ctx == ctx) {
-            let round = self.read_rounds.remove(pos).expect("position is valid");
-            for waiter in round.waiters {
-                let _ = waiter.send(Ok(state.index));
-            }
-        }
-    }
-
     fn on_leader_change(&mut self, leader: u64) {
         if leader == self.last_leader {
             return;
@@ -473,11 +393,7 @@ impl Node {
         }
         // Rounds in flight die with the old leadership: etcd answers them
         // "leader changed" (the client retries on the new leader).
-        for round in self.read_rounds.drain(..) {
-            for waiter in round.waiters {
-                let _ = waiter.send(Err(ConsensusError::LeaderChanged));
-            }
-        }
+        self.reads.fail_in_flight(|| ConsensusError::LeaderChanged);
         self.last_leader = leader;
     }
 
@@ -518,7 +434,7 @@ impl Node {
                 }
             }
             for state in rd.take_read_states() {
-                self.on_read_state(state);
+                self.reads.on_read_state(state);
             }
             let persisted = rd.take_persisted_messages();
             if !persisted.is_empty() {
@@ -570,7 +486,7 @@ impl Node {
         self.wal.sync()?;
         self.raw.mut_store().wl().apply_snapshot(snapshot.clone())?;
         self.snapshot_index = meta.index;
-        self.conf_history = vec![(meta.index, meta.get_conf_state().clone())];
+        self.conf_history = ConfHistory::new(meta.index, meta.get_conf_state().clone());
         Ok(())
     }
 
@@ -582,7 +498,7 @@ impl Node {
         }
         for e in &entries {
             if let Some(cs) = apply_conf_change_entry(&mut self.raw, e)? {
-                self.conf_history.push((e.index, cs));
+                self.conf_history.push(e.index, cs);
             }
         }
         self.send_to_apply(CommittedBatch {
@@ -632,7 +548,7 @@ impl Node {
                 return Ok(());
             }
         };
-        let conf_state = self.conf_state_at(index);
+        let conf_state = self.conf_history.at(index);
         let mut snapshot = Snapshot::default();
         snapshot.mut_metadata().index = index;
         snapshot.mut_metadata().term = term;
@@ -651,23 +567,9 @@ impl Node {
         }
         self.wal.release_to(index)?;
         self.snapshot_index = index;
-        let keep_from = self
-            .conf_history
-            .iter()
-            .rposition(|(i, _)| *i <= index)
-            .unwrap_or(0);
-        self.conf_history.drain(..keep_from);
+        self.conf_history.release_below(index);
         tracing::info!(index, term, file = %path.display(), "raft: saved snapshot and released WAL");
         Ok(())
-    }
-
-    fn conf_state_at(&self, index: u64) -> ConfState {
-        self.conf_history
-            .iter()
-            .rev()
-            .find(|(i, _)| *i <= index)
-            .map(|(_, cs)| cs.clone())
-            .unwrap_or_default()
     }
 
     fn publish_status(&self) {
@@ -739,14 +641,7 @@ impl Node {
                 Input::Step(_) | Input::ReportSnapshot { .. } | Input::TransferLeader(_) => {}
             }
         }
-        let rounds = std::mem::take(&mut self.read_rounds);
-        for waiter in rounds
-            .into_iter()
-            .flat_map(|r| r.waiters)
-            .chain(self.pending_reads.drain(..))
-        {
-            let _ = waiter.send(Err(ConsensusError::Stopped));
-        }
+        self.reads.fail_all(|| ConsensusError::Stopped);
         tracing::info!(id = %format!("{:x}", self.id), "raft: stopped");
     }
 }

@@ -67,7 +67,7 @@ pub struct Store {
     /// install (the only times it changes), so that asking for it (the
     /// quota check before every write) costs no system call.
     file_size: AtomicI64,
-    pub(crate) events_prev_kv: AtomicBool,
+
     /// Whether a lease exists, asked before a put that names one (the lessor
     /// lives above mvcc). None: every lease is taken as existing.
     pub(crate) lease_lookup: RwLock<Option<LeaseLookup>>,
@@ -128,7 +128,6 @@ impl Store {
             lease_lookup: RwLock::new(None),
             loaded_leased_keys: Mutex::new(loaded.leased_keys),
             ops: Default::default(),
-            events_prev_kv: AtomicBool::new(true),
             watch: crate::watch::WatchHub::default(),
         })
     }
@@ -182,12 +181,6 @@ impl Store {
     /// The finished compaction revision, 0 if none.
     pub fn compact_revision(&self) -> i64 {
         self.state.read().compact_revision.max(0)
-    }
-
-    /// Whether write events carry `prev_kv` (costs one value read per
-    /// changed key). On by default.
-    pub fn set_events_prev_kv(&self, enabled: bool) {
-        self.events_prev_kv.store(enabled, Ordering::Relaxed);
     }
 
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, MvccError> {

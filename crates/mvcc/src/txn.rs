@@ -160,18 +160,6 @@ impl<'s> TxnWrite<'s> {
         Ok(range::finish(req, kvs, count, view))
     }
 
-    fn event_prev_kv(&mut self, key: &[u8]) -> Result<Option<KeyValue>, MvccError> {
-        if self
-            .store
-            .events_prev_kv
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            self.get_kv(key, self.begin_revision)
-        } else {
-            Ok(None)
-        }
-    }
-
     pub fn put(&mut self, req: &PutRequest) -> Result<PutResponse, MvccError> {
         self.store.ops.put(req.key.len() + req.value.len());
         self.ops += 1;
@@ -201,7 +189,6 @@ impl<'s> TxnWrite<'s> {
             ),
             (None, false) => (req.value.clone(), req.lease),
         };
-        let prev_event_kv = self.event_prev_kv(&req.key)?;
         let revision = Revision::new(self.write_revision(), self.changes.len() as i64);
         let key = Bytes::copy_from_slice(&req.key);
         let kv = {
@@ -228,7 +215,7 @@ impl<'s> TxnWrite<'s> {
             event: Event {
                 r#type: EventType::Put as i32,
                 kv: Some(kv),
-                prev_kv: prev_event_kv,
+                prev_kv: None,
             },
         });
         Ok(PutResponse {
@@ -254,7 +241,6 @@ impl<'s> TxnWrite<'s> {
             self.view_revision(),
         );
         for key in &keys {
-            let prev_event_kv = self.event_prev_kv(key)?;
             let revision = Revision::new(self.write_revision(), self.changes.len() as i64);
             let tombstoned = self.store.state.write().tree.tombstone(key, revision);
             assert!(tombstoned, "a live key can be tombstoned");
@@ -273,7 +259,7 @@ impl<'s> TxnWrite<'s> {
                         mod_revision: revision.main,
                         ..Default::default()
                     }),
-                    prev_kv: prev_event_kv,
+                    prev_kv: None,
                 },
             });
         }
@@ -504,10 +490,7 @@ impl<'s> TxnWrite<'s> {
                 state.current_revision = write_revision;
             }
             events = changes.into_iter().map(|c| c.event).collect();
-            let prev_kv_filled = store
-                .events_prev_kv
-                .load(std::sync::atomic::Ordering::Relaxed);
-            let moved_aside = watchers.notify(write_revision, &events, prev_kv_filled);
+            let moved_aside = watchers.notify(write_revision, &events);
             drop(watchers);
             if moved_aside {
                 store.watch.signal.wake();

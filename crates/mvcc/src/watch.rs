@@ -94,8 +94,9 @@ pub struct WatchResponse {
     pub events: Vec<Event>,
     /// The watcher asked for large responses to be split.
     pub fragment: bool,
-    /// The watcher asked for prev_kv but these events (read back from the
-    /// backend) lack it: the server looks it up at `mod_revision - 1`.
+    /// The watcher asked for prev_kv: the server looks it up at
+    /// `mod_revision - 1` as it sends (as etcd's sendLoop does), so a write
+    /// never reads a previous value for watchers that did not ask.
     pub needs_prev_kv: bool,
 }
 
@@ -125,8 +126,8 @@ pub(crate) struct Watcher {
 }
 
 impl Watcher {
-    /// The events this watcher sends, after its filters; prev_kv stripped
-    /// unless asked.
+    /// The events this watcher sends, after its filters (without prev_kv:
+    /// see [`WatchResponse::needs_prev_kv`]).
     pub(crate) fn select<'e>(&self, events: impl IntoIterator<Item = &'e Event>) -> Vec<Event> {
         events
             .into_iter()
@@ -134,13 +135,7 @@ impl Watcher {
                 let put = ev.r#type == EventType::Put as i32;
                 !(put && self.no_put || !put && self.no_delete)
             })
-            .map(|ev| {
-                let mut ev = ev.clone();
-                if !self.prev_kv {
-                    ev.prev_kv = None;
-                }
-                ev
-            })
+            .cloned()
             .collect()
     }
 }
@@ -234,7 +229,7 @@ impl Groups {
     /// Notifies synced watchers of one revision's events (sub-revision
     /// order). Called with the revision just published, under the hub lock.
     /// Returns whether a watcher was moved aside (the syncer must run).
-    pub(crate) fn notify(&mut self, revision: i64, events: &[Event], prev_kv_filled: bool) -> bool {
+    pub(crate) fn notify(&mut self, revision: i64, events: &[Event]) -> bool {
         if self.synced.is_empty() || events.is_empty() {
             return false;
         }
@@ -273,7 +268,7 @@ impl Groups {
                 revision,
                 events: selected,
                 fragment: watcher.fragment,
-                needs_prev_kv: watcher.prev_kv && !prev_kv_filled,
+                needs_prev_kv: watcher.prev_kv,
                 ..Default::default()
             };
             if stream.queue.try_push(response) {

@@ -196,10 +196,6 @@ impl<'m> ModelTxn<'m> {
         self.begin + i64::from(!self.events.is_empty())
     }
 
-    fn before(&self, key: &Bytes) -> Option<KeyValue> {
-        self.model.snapshots[self.begin as usize].get(key).cloned()
-    }
-
     fn range(&self, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
         let view = self.view();
         if req.revision > view {
@@ -245,7 +241,8 @@ impl<'m> ModelTxn<'m> {
         self.events.push(Event {
             r#type: EventType::Put as i32,
             kv: Some(kv),
-            prev_kv: self.before(&req.key),
+            // prev_kv is looked up as a watcher is sent the event
+            prev_kv: None,
         });
         Ok(PutResponse {
             header: header(rev),
@@ -269,7 +266,7 @@ impl<'m> ModelTxn<'m> {
                     mod_revision: self.begin + 1,
                     ..Default::default()
                 }),
-                prev_kv: self.before(&kv.key),
+                prev_kv: None,
             });
         }
         DeleteRangeResponse {

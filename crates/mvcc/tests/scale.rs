@@ -38,7 +38,6 @@ fn one_million_keys_reopen_quickly() {
     let path = dir.path().join("db");
     {
         let store = Store::open(&path).unwrap();
-        store.set_events_prev_kv(false);
         let started = Instant::now();
         let value = Bytes::from(vec![b'v'; 64]);
         for batch in 0..KEYS / PER_TXN {

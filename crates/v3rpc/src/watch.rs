@@ -1,15 +1,20 @@
 //! The Watch service (etcd's api/v3rpc/watch.go): one bidirectional stream
 //! carries many watchers of the member's own applied state.
 //!
-//! Each stream is one task. It drains the stream's mvcc queue (created and
-//! canceled responses, events, progress answers, all in the order mvcc put
-//! them) into gRPC, and between drains reads the client's requests, ticks
-//! progress notifications and watches for a lost leader. Writes never wait
-//! for it: when gRPC does not keep up, the queue fills and mvcc moves the
-//! stream's watchers aside until the queue drains.
+//! One queue per stream: mvcc's (created and canceled responses, events,
+//! progress answers, all in the order mvcc put them, at most
+//! `mvcc::watch::STREAM_QUEUE_CAPACITY` event responses). gRPC pulls from
+//! it directly ([`Responses`]): a response is turned into the wire message
+//! (header, prev_kv looked up for a watcher that asked, fragments) as gRPC
+//! takes it. A task per stream ([`Session`]) reads the client's requests,
+//! ticks progress notifications and watches for a lost leader. Writes never
+//! wait for either: when gRPC does not keep up, the queue fills and mvcc
+//! moves the stream's watchers aside until it drains.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use api::etcdserverpb::watch_create_request::FilterType;
@@ -19,20 +24,18 @@ use api::etcdserverpb::{
 };
 use api::mvccpb::event::EventType;
 use api::rpctypes;
+use futures::task::AtomicWaker;
 use futures::{Stream, StreamExt};
 use mvcc::{WatchOptions, WatchStream, INVALID_WATCH_ID};
+use parking_lot::Mutex;
 use prost::Message;
-use tokio::sync::{mpsc, watch, Notify};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::{watch, Notify};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::REQUIRE_LEADER_KEY;
 use etcdserver::config::GRPC_OVERHEAD_BYTES;
 use etcdserver::EtcdServer;
 
-/// Responses handed to gRPC ahead of the client's reads; beyond it the
-/// stream's mvcc queue takes the slack (and bounds it).
-const OUTBOUND_BUFFER: usize = 16;
 /// etcd's minWatchProgressInterval.
 const MIN_PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
 /// Election timeouts without a leader before require-leader streams are
@@ -83,64 +86,171 @@ impl WatchService {
     where
         S: Stream<Item = Result<WatchRequest, Status>> + Unpin + Send + 'static,
     {
-        let (outbound, rx) = mpsc::channel(OUTBOUND_BUFFER);
-        let session = Session::new(
-            self.server.clone(),
-            outbound,
-            require_leader,
-            self.shutdown.clone(),
+        let link = Arc::new(Link::default());
+        let wake = link.clone();
+        let stream = Arc::new(
+            self.server
+                .store
+                .watch_stream(Box::new(move || wake.waker.wake())),
         );
+        let session = Session {
+            server: self.server.clone(),
+            stream: stream.clone(),
+            link: link.clone(),
+            require_leader,
+            shutdown: self.shutdown.clone(),
+        };
         tokio::spawn(session.run(inbound));
-        Box::pin(ReceiverStream::new(rx))
+        Box::pin(Responses {
+            server: self.server.clone(),
+            stream,
+            link,
+            parts: VecDeque::new(),
+            done: false,
+        })
     }
 }
 
-/// One Watch stream.
+/// What the session and the response side of one stream tell each other.
+#[derive(Default)]
+struct Link {
+    /// Wakes gRPC's poll of [`Responses`] (mvcc's queue got a response, or
+    /// the session ended).
+    waker: AtomicWaker,
+    /// Set by the session when it ends: the stream ends after what is
+    /// queued, with this error if any.
+    end: Mutex<Option<Option<Status>>>,
+    /// The client went away (gRPC dropped [`Responses`]).
+    gone: Notify,
+}
+
+impl Link {
+    fn end(&self, error: Option<Status>) {
+        self.end.lock().get_or_insert(error);
+        self.waker.wake();
+    }
+}
+
+/// The stream's responses, as gRPC pulls them from mvcc's queue.
+struct Responses {
+    server: Arc<EtcdServer>,
+    stream: Arc<WatchStream>,
+    link: Arc<Link>,
+    /// Parts of a fragmented response not yet taken.
+    parts: VecDeque<WatchResponse>,
+    done: bool,
+}
+
+impl Stream for Responses {
+    type Item = Result<WatchResponse, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            if let Some(part) = self.parts.pop_front() {
+                return Poll::Ready(Some(Ok(part)));
+            }
+            if self.done {
+                return Poll::Ready(None);
+            }
+            if let Some(response) = self.stream.pop() {
+                self.parts = self.wire(response).into();
+                continue;
+            }
+            let end = self.link.end.lock().take();
+            if let Some(end) = end {
+                self.done = true;
+                return Poll::Ready(end.map(Err));
+            }
+            // Registered before looking again: a response queued in between
+            // wakes this poll.
+            self.link.waker.register(cx.waker());
+            if let Some(response) = self.stream.pop() {
+                self.parts = self.wire(response).into();
+                continue;
+            }
+            if self.link.end.lock().is_some() {
+                continue;
+            }
+            return Poll::Pending;
+        }
+    }
+}
+
+impl Drop for Responses {
+    fn drop(&mut self) {
+        self.link.gone.notify_one();
+    }
+}
+
+impl Responses {
+    /// The wire message(s) of one mvcc response.
+    fn wire(&self, response: mvcc::WatchResponse) -> Vec<WatchResponse> {
+        let mut events = response.events;
+        if response.needs_prev_kv {
+            self.fill_prev_kv(&mut events);
+        }
+        let wire = WatchResponse {
+            header: Some(self.server.header(response.revision)),
+            watch_id: response.watch_id,
+            created: response.created,
+            canceled: response.canceled,
+            compact_revision: response.compact_revision,
+            cancel_reason: response.cancel_reason,
+            fragment: false,
+            events,
+        };
+        if response.fragment {
+            fragments(
+                wire,
+                self.server.cfg.max_request_bytes + GRPC_OVERHEAD_BYTES,
+            )
+        } else {
+            vec![wire]
+        }
+    }
+
+    /// prev_kv for a watcher that asked: looked up at the revision before,
+    /// as etcd's sendLoop does (nothing if compacted; a create has none).
+    fn fill_prev_kv(&self, events: &mut [api::mvccpb::Event]) {
+        for event in events {
+            let Some(kv) = &event.kv else { continue };
+            let is_create =
+                event.r#type == EventType::Put as i32 && kv.create_revision == kv.mod_revision;
+            if is_create || event.prev_kv.is_some() {
+                continue;
+            }
+            let previous = self.server.store.range(&RangeRequest {
+                key: kv.key.clone(),
+                revision: kv.mod_revision - 1,
+                ..Default::default()
+            });
+            if let Ok(mut previous) = previous {
+                event.prev_kv = previous.kvs.pop();
+            }
+        }
+    }
+}
+
+/// One Watch stream's requests, progress ticks and leader checks.
 struct Session {
     server: Arc<EtcdServer>,
-    stream: WatchStream,
-    ready: Arc<Notify>,
-    outbound: mpsc::Sender<Result<WatchResponse, Status>>,
+    stream: Arc<WatchStream>,
+    link: Arc<Link>,
     require_leader: bool,
     shutdown: watch::Receiver<bool>,
 }
 
-/// Why a session ends.
-enum End {
-    /// The client went away (or the member is stopping).
-    Gone,
-}
-
 impl Session {
-    fn new(
-        server: Arc<EtcdServer>,
-        outbound: mpsc::Sender<Result<WatchResponse, Status>>,
-        require_leader: bool,
-        shutdown: watch::Receiver<bool>,
-    ) -> Session {
-        let ready = Arc::new(Notify::new());
-        let wake = ready.clone();
-        let stream = server
-            .store
-            .watch_stream(Box::new(move || wake.notify_one()));
-        Session {
-            server,
-            stream,
-            ready,
-            outbound,
-            require_leader,
-            shutdown,
-        }
-    }
-
     async fn run<S>(self, mut inbound: S)
     where
         S: Stream<Item = Result<WatchRequest, Status>> + Unpin,
     {
-        let _ = self.serve(&mut inbound).await;
+        let error = self.serve(&mut inbound).await;
+        self.link.end(error);
     }
 
-    async fn serve<S>(&self, inbound: &mut S) -> Result<(), End>
+    /// Serves until the stream ends; the error it ends with, if any.
+    async fn serve<S>(&self, inbound: &mut S) -> Option<Status>
     where
         S: Stream<Item = Result<WatchRequest, Status>> + Unpin,
     {
@@ -151,22 +261,17 @@ impl Session {
         let mut no_leader_count = 0;
         let mut reading = true;
         loop {
-            while let Some(response) = self.stream.pop() {
-                self.send(response).await?;
-            }
             tokio::select! {
-                _ = self.ready.notified() => {}
                 request = inbound.next(), if reading => match request {
                     Some(Ok(request)) => self.handle(request),
                     // Half-closed: events still flow until the client leaves
                     // (etcd keeps the stream until its context ends).
                     None => reading = false,
-                    Some(Err(_)) => return Err(End::Gone),
+                    Some(Err(_)) => return None,
                 },
-                _ = self.outbound.closed() => return Err(End::Gone),
+                _ = self.link.gone.notified() => return None,
                 _ = async { drop(shutdown.wait_for(|stop| *stop).await) } => {
-                    let _ = self.outbound.send(Err(rpctypes::STOPPED.status())).await;
-                    return Err(End::Gone);
+                    return Some(rpctypes::STOPPED.status());
                 }
                 _ = tick(&mut progress) => self.stream.progress_tick(),
                 _ = leader_check.tick(), if self.require_leader => {
@@ -176,8 +281,7 @@ impl Session {
                         no_leader_count += 1;
                     }
                     if no_leader_count >= MAX_NO_LEADER_COUNT {
-                        let _ = self.outbound.send(Err(rpctypes::NO_LEADER.status())).await;
-                        return Err(End::Gone);
+                        return Some(rpctypes::NO_LEADER.status());
                     }
                 }
             }
@@ -220,55 +324,6 @@ impl Session {
                 cancel_reason: e.to_string(),
                 ..Default::default()
             });
-        }
-    }
-
-    async fn send(&self, response: mvcc::WatchResponse) -> Result<(), End> {
-        let mut events = response.events;
-        if response.needs_prev_kv {
-            self.fill_prev_kv(&mut events);
-        }
-        let wire = WatchResponse {
-            header: Some(self.server.header(response.revision)),
-            watch_id: response.watch_id,
-            created: response.created,
-            canceled: response.canceled,
-            compact_revision: response.compact_revision,
-            cancel_reason: response.cancel_reason,
-            fragment: false,
-            events,
-        };
-        let limit = self.server.cfg.max_request_bytes + GRPC_OVERHEAD_BYTES;
-        let parts = if response.fragment {
-            fragments(wire, limit)
-        } else {
-            vec![wire]
-        };
-        for part in parts {
-            self.outbound.send(Ok(part)).await.map_err(|_| End::Gone)?;
-        }
-        Ok(())
-    }
-
-    /// Events read back from the backend carry no prev_kv: look it up at
-    /// the revision before, as etcd's sendLoop does (nothing if compacted;
-    /// a create has none).
-    fn fill_prev_kv(&self, events: &mut [api::mvccpb::Event]) {
-        for event in events {
-            let Some(kv) = &event.kv else { continue };
-            let is_create =
-                event.r#type == EventType::Put as i32 && kv.create_revision == kv.mod_revision;
-            if is_create || event.prev_kv.is_some() {
-                continue;
-            }
-            let previous = self.server.store.range(&RangeRequest {
-                key: kv.key.clone(),
-                revision: kv.mod_revision - 1,
-                ..Default::default()
-            });
-            if let Ok(mut previous) = previous {
-                event.prev_kv = previous.kvs.pop();
-            }
         }
     }
 }

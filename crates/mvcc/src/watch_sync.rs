@@ -86,102 +86,113 @@ struct Chosen {
     min_rev: i64,
 }
 
+/// One catch-up round as chosen under the hub lock: the watchers, the keys
+/// they watch and the revisions to read (`from..=to`, `to` the current
+/// revision when chosen).
+struct Round {
+    chosen: Vec<Chosen>,
+    group: KeyGroup,
+    from: i64,
+    to: i64,
+}
+
 impl Store {
     /// Runs one catch-up round. Returns whether another round could make
     /// progress right away.
     pub(crate) fn sync_watchers(&self) -> bool {
-        let (chosen, group, from, to) = {
-            let mut groups = self.watch.lock();
-            if groups.unsynced.is_empty() {
-                return false;
-            }
-            let (current, compacted) = {
-                let state = self.state.read();
-                (state.current_revision, state.compact_revision)
-            };
-            let groups = &mut *groups;
-            let cursor = groups.sync_cursor;
-            let order: Vec<Gid> = groups
-                .unsynced
-                .range(cursor..)
-                .chain(groups.unsynced.range(..cursor))
-                .copied()
-                .collect();
-            let mut chosen = Vec::new();
-            let mut group = KeyGroup::default();
-            let mut compacted_streams = HashSet::new();
-            for gid in order {
-                if chosen.len() >= MAX_WATCHERS_PER_SYNC {
-                    groups.sync_cursor = gid;
-                    break;
-                }
-                let Some(watcher) = groups.watchers.get_mut(&gid) else {
-                    continue;
-                };
-                let Some(stream) = groups.streams.get(&watcher.stream) else {
-                    continue;
-                };
-                if watcher.min_rev < compacted {
-                    let response = WatchResponse {
-                        watch_id: watcher.id,
-                        canceled: true,
-                        compact_revision: compacted,
-                        ..Default::default()
-                    };
-                    // A full queue: retried next round, as etcd.
-                    if stream.queue.try_push(response) {
-                        watcher.state = WatcherState::Compacted;
-                        groups.unsynced.remove(&gid);
-                        compacted_streams.insert(watcher.stream);
-                    }
-                    continue;
-                }
-                if !stream.queue.has_room() {
-                    continue;
-                }
-                debug_assert!(watcher.min_rev <= current + 1);
-                group.add(gid, &watcher.key, &watcher.end);
-                chosen.push(Chosen {
-                    gid,
-                    min_rev: watcher.min_rev,
-                });
-            }
-            for stream in compacted_streams {
-                groups.answer_progress(stream, current);
-            }
-            let from = chosen.iter().map(|c| c.min_rev).min();
-            match from {
-                Some(from) => (chosen, group, from, current),
-                None => return false,
-            }
+        let Some(round) = self.choose_round() else {
+            return false;
         };
-
-        let (events, upper) = if from > to {
-            (Vec::new(), to)
+        let (events, upper) = if round.from > round.to {
+            (Vec::new(), round.to)
         } else {
-            match self.read_history(from, to, |key| group.matches(key)) {
+            match self.read_history(round.from, round.to, |key| round.group.matches(key)) {
                 Ok(read) => read,
                 // Nothing is lost: the watchers stay unsynced for a later round.
                 Err(_) => return false,
             }
         };
-        let min_rev: HashMap<Gid, i64> = chosen.iter().map(|c| (c.gid, c.min_rev)).collect();
-        let mut per_watcher: HashMap<Gid, Vec<&Event>> = HashMap::new();
-        for event in &events {
-            let Some(kv) = &event.kv else { continue };
-            group.for_each_match(&kv.key, |gid| {
-                if min_rev.get(&gid).is_some_and(|m| kv.mod_revision >= *m) {
-                    per_watcher.entry(gid).or_default().push(event);
+        self.deliver_round(&round, &events, upper)
+    }
+
+    /// Under the hub lock: cancels the watchers whose next revision was
+    /// compacted and chooses up to [`MAX_WATCHERS_PER_SYNC`] unsynced ones
+    /// whose queue has room, starting where the last round stopped. None
+    /// when there is nothing to read.
+    fn choose_round(&self) -> Option<Round> {
+        let mut groups = self.watch.lock();
+        if groups.unsynced.is_empty() {
+            return None;
+        }
+        let (current, compacted) = self.revisions();
+        let groups = &mut *groups;
+        let cursor = groups.sync_cursor;
+        let order: Vec<Gid> = groups
+            .unsynced
+            .range(cursor..)
+            .chain(groups.unsynced.range(..cursor))
+            .copied()
+            .collect();
+        let mut chosen = Vec::new();
+        let mut group = KeyGroup::default();
+        let mut compacted_streams = HashSet::new();
+        for gid in order {
+            if chosen.len() >= MAX_WATCHERS_PER_SYNC {
+                groups.sync_cursor = gid;
+                break;
+            }
+            let Some(watcher) = groups.watchers.get_mut(&gid) else {
+                continue;
+            };
+            let Some(stream) = groups.streams.get(&watcher.stream) else {
+                continue;
+            };
+            if watcher.min_rev < compacted {
+                let response = WatchResponse {
+                    watch_id: watcher.id,
+                    canceled: true,
+                    compact_revision: compacted,
+                    ..Default::default()
+                };
+                // A full queue: retried next round, as etcd.
+                if stream.queue.try_push(response) {
+                    watcher.state = WatcherState::Compacted;
+                    groups.unsynced.remove(&gid);
+                    compacted_streams.insert(watcher.stream);
                 }
+                continue;
+            }
+            if !stream.queue.has_room() {
+                continue;
+            }
+            debug_assert!(watcher.min_rev <= current + 1);
+            group.add(gid, &watcher.key, &watcher.end);
+            chosen.push(Chosen {
+                gid,
+                min_rev: watcher.min_rev,
             });
         }
+        for stream in compacted_streams {
+            groups.answer_progress(stream, current);
+        }
+        let from = chosen.iter().map(|c| c.min_rev).min()?;
+        Some(Round {
+            chosen,
+            group,
+            from,
+            to: current,
+        })
+    }
 
+    /// Under the hub lock again: hands each chosen watcher still as it was
+    /// its events of `round.from..=upper` and moves those that reached the
+    /// current revision to synced. Returns whether another round could make
+    /// progress right away.
+    fn deliver_round(&self, round: &Round, events: &[Event], upper: i64) -> bool {
+        let mut per_watcher = round.split(events);
         let mut groups = self.watch.lock();
-        let (current, compacted) = {
-            let state = self.state.read();
-            (state.current_revision, state.compact_revision)
-        };
-        if compacted > from {
+        let (current, compacted) = self.revisions();
+        if compacted > round.from {
             // A compaction ran during the read and may have dropped records
             // of it: the next round cancels or re-reads.
             return true;
@@ -189,7 +200,7 @@ impl Store {
         let groups = &mut *groups;
         let mut progressed = false;
         let mut synced_streams = HashSet::new();
-        for c in &chosen {
+        for c in &round.chosen {
             let Some(watcher) = groups.watchers.get_mut(&c.gid) else {
                 continue;
             };
@@ -227,6 +238,12 @@ impl Store {
             groups.answer_progress(stream, current);
         }
         progressed && !groups.unsynced.is_empty()
+    }
+
+    /// The current and the compacted revision.
+    fn revisions(&self) -> (i64, i64) {
+        let state = self.state.read();
+        (state.current_revision, state.compact_revision)
     }
 
     /// Events of revisions `from..=to` whose key is `wanted`, in revision
@@ -372,5 +389,22 @@ impl<F: Fn(&[u8]) -> bool> History<F> {
 
     fn finish(self) -> (Vec<Event>, i64) {
         (self.events, self.upper)
+    }
+}
+
+impl Round {
+    /// The events each chosen watcher watches, at or after its own start.
+    fn split<'a>(&self, events: &'a [Event]) -> HashMap<Gid, Vec<&'a Event>> {
+        let min_rev: HashMap<Gid, i64> = self.chosen.iter().map(|c| (c.gid, c.min_rev)).collect();
+        let mut per_watcher: HashMap<Gid, Vec<&Event>> = HashMap::new();
+        for event in events {
+            let Some(kv) = &event.kv else { continue };
+            self.group.for_each_match(&kv.key, |gid| {
+                if min_rev.get(&gid).is_some_and(|m| kv.mod_revision >= *m) {
+                    per_watcher.entry(gid).or_default().push(event);
+                }
+            });
+        }
+        per_watcher
     }
 }

@@ -20,10 +20,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={}", f.display());
     }
     let descriptors = protox::compile(&files, [&root])?;
+    // The descriptors themselves, for what maps messages by them (the JSON
+    // gateway): `api::FILE_DESCRIPTOR_SET`.
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(
+        out.join("file_descriptor_set.bin"),
+        prost::Message::encode_to_vec(&descriptors),
+    )?;
+    let mut config = tonic_prost_build::Config::new();
+    // `prost::Name` on every message: its full name finds its descriptor.
+    config.enable_type_names();
     tonic_prost_build::configure()
         .bytes(".")
         // prost's codec, but a TxnRequest decoded without its depth limit (src/codec.rs)
         .codec_path("crate::codec::EtcdCodec")
-        .compile_fds(descriptors)?;
+        .compile_fds_with_config(descriptors, config)?;
     Ok(())
 }

@@ -209,6 +209,21 @@ where
     }
 }
 
+/// Decodes one request as the gRPC services receive it: prost's decoder,
+/// but a TxnRequest with [`decode_txn_request`] (its own depth limit, not
+/// prost's 100 levels). For what hands requests to the services from
+/// elsewhere (the JSON gateway).
+pub fn decode_request<U: Message + Default + 'static>(bytes: Bytes) -> Result<U, Status> {
+    if TypeId::of::<U>() != TypeId::of::<TxnRequest>() {
+        return U::decode(bytes).map_err(|e| Status::internal(e.to_string()));
+    }
+    let txn: Box<dyn Any> = Box::new(decode_txn_request(bytes).map_err(txn_status)?);
+    match txn.downcast::<U>() {
+        Ok(item) => Ok(*item),
+        Err(_) => unreachable!("U is TxnRequest: its TypeId matched"),
+    }
+}
+
 /// See [`EtcdCodec`].
 #[derive(Debug, Clone)]
 pub struct EtcdDecoder<U>(ProstDecoder<U>);
@@ -221,12 +236,7 @@ impl<U: Message + Default + 'static> Decoder for EtcdDecoder<U> {
         if TypeId::of::<U>() != TypeId::of::<TxnRequest>() {
             return self.0.decode(buf);
         }
-        let bytes = buf.copy_to_bytes(buf.remaining());
-        let txn: Box<dyn Any> = Box::new(decode_txn_request(bytes).map_err(txn_status)?);
-        match txn.downcast::<U>() {
-            Ok(item) => Ok(Some(*item)),
-            Err(_) => unreachable!("U is TxnRequest: its TypeId matched"),
-        }
+        decode_request(buf.copy_to_bytes(buf.remaining())).map(Some)
     }
 
     fn buffer_settings(&self) -> tonic::codec::BufferSettings {

@@ -26,6 +26,12 @@ pub mod leasepb {
 }
 pub mod codec;
 pub mod rpctypes;
+
+/// The encoded `FileDescriptorSet` of every message above (with their
+/// dependencies): the map by which a message can be walked field by field
+/// without code of its own (the JSON gateway).
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/file_descriptor_set.bin"));
 pub mod oxcdpeerpb {
     tonic::include_proto!("oxcdpeerpb");
 }

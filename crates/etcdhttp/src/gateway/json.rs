@@ -45,198 +45,13 @@ pub(crate) fn nesting_depth(body: &[u8]) -> usize {
     deepest
 }
 
-/// A protobuf enum: its full name (which jsonpb's errors give) and the
-/// names of its values, by number.
-pub(crate) struct EnumType {
-    pub name: &'static str,
-    pub values: &'static [&'static str],
-}
-
-/// Writes one JSON object, field by field, leaving zero values out.
-pub(crate) struct Obj<'a> {
-    out: &'a mut String,
-    empty: bool,
-}
-
-impl<'a> Obj<'a> {
-    pub fn new(out: &'a mut String) -> Obj<'a> {
-        out.push('{');
-        Obj { out, empty: true }
-    }
-
-    fn key(&mut self, name: &str) {
-        if !self.empty {
-            self.out.push(',');
-        }
-        self.empty = false;
-        self.out.push('"');
-        self.out.push_str(name);
-        self.out.push_str("\":");
-    }
-
-    pub(crate) fn end(self) {
-        self.out.push('}');
-    }
-
-    pub(crate) fn int(&mut self, name: &str, value: impl Into<i128>) -> &mut Self {
-        let value = value.into();
-        if value != 0 {
-            self.key(name);
-            self.out.push('"');
-            self.out.push_str(&value.to_string());
-            self.out.push('"');
-        }
-        self
-    }
-
-    /// A 32-bit integer: a JSON number.
-    pub(crate) fn int32(&mut self, name: &str, value: i64) -> &mut Self {
-        if value != 0 {
-            self.key(name);
-            self.out.push_str(&value.to_string());
-        }
-        self
-    }
-
-    pub(crate) fn bool(&mut self, name: &str, value: bool) -> &mut Self {
-        if value {
-            self.key(name);
-            self.out.push_str("true");
-        }
-        self
-    }
-
-    pub(crate) fn bytes(&mut self, name: &str, value: &[u8]) -> &mut Self {
-        if !value.is_empty() {
-            self.key(name);
-            self.out.push('"');
-            self.out.push_str(&STANDARD.encode(value));
-            self.out.push('"');
-        }
-        self
-    }
-
-    pub(crate) fn str(&mut self, name: &str, value: &str) -> &mut Self {
-        if !value.is_empty() {
-            self.key(name);
-            push_string(self.out, value);
-        }
-        self
-    }
-
-    /// An enum by name; the zero value is left out.
-    pub(crate) fn enumeration(&mut self, name: &str, number: i32, kind: &EnumType) -> &mut Self {
-        if number != 0 {
-            self.key(name);
-            match usize::try_from(number)
-                .ok()
-                .and_then(|i| kind.values.get(i))
-            {
-                Some(text) => push_string(self.out, text),
-                None => self.out.push_str(&number.to_string()),
-            }
-        }
-        self
-    }
-
-    pub(crate) fn bytes_list<B: AsRef<[u8]>>(&mut self, name: &str, values: &[B]) -> &mut Self {
-        if !values.is_empty() {
-            self.key(name);
-            self.out.push('[');
-            for (i, value) in values.iter().enumerate() {
-                if i > 0 {
-                    self.out.push(',');
-                }
-                self.out.push('"');
-                self.out.push_str(&STANDARD.encode(value.as_ref()));
-                self.out.push('"');
-            }
-            self.out.push(']');
-        }
-        self
-    }
-
-    pub(crate) fn strings(&mut self, name: &str, values: &[String]) -> &mut Self {
-        if !values.is_empty() {
-            self.key(name);
-            self.out.push('[');
-            for (i, value) in values.iter().enumerate() {
-                if i > 0 {
-                    self.out.push(',');
-                }
-                push_string(self.out, value);
-            }
-            self.out.push(']');
-        }
-        self
-    }
-
-    /// A message field; None is left out.
-    pub(crate) fn msg<T>(
-        &mut self,
-        name: &str,
-        value: Option<&T>,
-        write: fn(&mut String, &T),
-    ) -> &mut Self {
-        if let Some(value) = value {
-            self.key(name);
-            write(self.out, value);
-        }
-        self
-    }
-
-    pub(crate) fn msgs<T>(
-        &mut self,
-        name: &str,
-        values: &[T],
-        write: fn(&mut String, &T),
-    ) -> &mut Self {
-        if !values.is_empty() {
-            self.key(name);
-            self.out.push('[');
-            for (i, value) in values.iter().enumerate() {
-                if i > 0 {
-                    self.out.push(',');
-                }
-                write(self.out, value);
-            }
-            self.out.push(']');
-        }
-        self
-    }
-}
-
-fn push_string(out: &mut String, text: &str) {
-    match serde_json::to_string(text) {
-        Ok(quoted) => out.push_str(&quoted),
-        Err(_) => out.push_str("\"\""),
-    }
-}
-
-/// Reads fields of one JSON object of a request.
+/// The fields of one JSON object of a request; `null` has none.
 pub(crate) struct Fields<'a> {
     map: Option<&'a Map<String, Value>>,
 }
 
-fn invalid(message: String) -> Status {
+pub(crate) fn invalid(message: String) -> Status {
     Status::invalid_argument(message)
-}
-
-/// `range_end` → `rangeEnd`: jsonpb accepts a field under either name.
-fn camel_case(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    let mut upper = false;
-    for c in name.chars() {
-        if c == '_' {
-            upper = true;
-        } else if upper {
-            out.extend(c.to_uppercase());
-            upper = false;
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 impl<'a> Fields<'a> {
@@ -244,135 +59,80 @@ impl<'a> Fields<'a> {
         match value {
             Value::Object(map) => Ok(Fields { map: Some(map) }),
             Value::Null => Ok(Fields { map: None }),
-            other => Err(invalid(format!(
-                "json: cannot unmarshal {} into Go value of type map[string]json.RawMessage",
-                json_kind(other)
-            ))),
+            other => Err(unmarshal(other, "map[string]json.RawMessage")),
         }
     }
 
-    pub(crate) fn get(&self, name: &str) -> Option<&'a Value> {
+    /// A field under its .proto name or its JSON name (`range_end`,
+    /// `rangeEnd`), as jsonpb accepts either; `null` is absent.
+    pub(crate) fn get(&self, name: &str, json_name: &str) -> Option<&'a Value> {
         let map = self.map?;
-        let value = map.get(name).or_else(|| map.get(&camel_case(name)))?;
+        let value = map.get(name).or_else(|| map.get(json_name))?;
         (!value.is_null()).then_some(value)
     }
+}
 
-    pub(crate) fn int(&self, name: &str) -> Result<i64, Status> {
-        match self.get(name) {
-            None => Ok(0),
-            Some(Value::Number(n)) => n
-                .as_i64()
-                .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
-                .ok_or_else(|| invalid(format!("bad value for field {name}: {n}"))),
-            Some(Value::String(s)) => s
-                .parse()
-                .map_err(|_| invalid(format!("bad value for field {name}: {s:?}"))),
-            Some(other) => Err(invalid(format!(
-                "json: cannot unmarshal {} into Go value of type int64",
-                json_kind(other)
-            ))),
-        }
+/// Go's words for a JSON value of the wrong kind.
+pub(crate) fn unmarshal(value: &Value, go_type: &str) -> Status {
+    invalid(format!(
+        "json: cannot unmarshal {} into Go value of type {go_type}",
+        json_kind(value)
+    ))
+}
+
+/// A signed integer field: a JSON number or a string holding one.
+pub(crate) fn int(name: &str, value: &Value, go_type: &str) -> Result<i64, Status> {
+    match value {
+        Value::Number(n) => n
+            .as_i64()
+            .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
+            .ok_or_else(|| invalid(format!("bad value for field {name}: {n}"))),
+        Value::String(s) => s
+            .parse()
+            .map_err(|_| invalid(format!("bad value for field {name}: {s:?}"))),
+        other => Err(unmarshal(other, go_type)),
     }
+}
 
-    pub(crate) fn uint(&self, name: &str) -> Result<u64, Status> {
-        match self.get(name) {
-            None => Ok(0),
-            Some(Value::Number(n)) => n
-                .as_u64()
-                .ok_or_else(|| invalid(format!("bad value for field {name}: {n}"))),
-            Some(Value::String(s)) => s
-                .parse()
-                .map_err(|_| invalid(format!("bad value for field {name}: {s:?}"))),
-            Some(other) => Err(invalid(format!(
-                "json: cannot unmarshal {} into Go value of type uint64",
-                json_kind(other)
-            ))),
-        }
+/// An unsigned integer field: a JSON number or a string holding one.
+pub(crate) fn uint(name: &str, value: &Value, go_type: &str) -> Result<u64, Status> {
+    match value {
+        Value::Number(n) => n
+            .as_u64()
+            .ok_or_else(|| invalid(format!("bad value for field {name}: {n}"))),
+        Value::String(s) => s
+            .parse()
+            .map_err(|_| invalid(format!("bad value for field {name}: {s:?}"))),
+        other => Err(unmarshal(other, go_type)),
     }
+}
 
-    pub(crate) fn bool(&self, name: &str) -> Result<bool, Status> {
-        match self.get(name) {
-            None => Ok(false),
-            Some(Value::Bool(b)) => Ok(*b),
-            Some(other) => Err(invalid(format!(
-                "json: cannot unmarshal {} into Go value of type bool",
-                json_kind(other)
-            ))),
-        }
+pub(crate) fn boolean(value: &Value) -> Result<bool, Status> {
+    match value {
+        Value::Bool(b) => Ok(*b),
+        other => Err(unmarshal(other, "bool")),
     }
+}
 
-    pub(crate) fn string(&self, name: &str) -> Result<String, Status> {
-        match self.get(name) {
-            None => Ok(String::new()),
-            Some(Value::String(s)) => Ok(s.clone()),
-            Some(other) => Err(invalid(format!(
-                "json: cannot unmarshal {} into Go value of type string",
-                json_kind(other)
-            ))),
-        }
+pub(crate) fn string(value: &Value) -> Result<String, Status> {
+    match value {
+        Value::String(s) => Ok(s.clone()),
+        other => Err(unmarshal(other, "string")),
     }
+}
 
-    pub(crate) fn strings(&self, name: &str) -> Result<Vec<String>, Status> {
-        self.list(name)?
-            .iter()
-            .map(|item| match item {
-                Value::String(s) => Ok(s.clone()),
-                other => Err(invalid(format!(
-                    "json: cannot unmarshal {} into Go value of type string",
-                    json_kind(other)
-                ))),
-            })
-            .collect()
+/// A bytes field: standard base64 (URL-safe accepted, as Go's decoder).
+pub(crate) fn bytes(value: &Value) -> Result<Vec<u8>, Status> {
+    match value {
+        Value::String(s) => decode_base64(s),
+        other => Err(unmarshal(other, "[]uint8")),
     }
+}
 
-    pub(crate) fn bytes(&self, name: &str) -> Result<Vec<u8>, Status> {
-        match self.get(name) {
-            None => Ok(Vec::new()),
-            Some(Value::String(s)) => decode_base64(s),
-            Some(other) => Err(invalid(format!(
-                "json: cannot unmarshal {} into Go value of type []uint8",
-                json_kind(other)
-            ))),
-        }
-    }
-
-    pub(crate) fn enumeration(&self, name: &str, kind: &EnumType) -> Result<i32, Status> {
-        match self.get(name) {
-            None => Ok(0),
-            Some(Value::Number(n)) => n
-                .as_i64()
-                .and_then(|n| i32::try_from(n).ok())
-                .ok_or_else(|| invalid(format!("bad value for enum {}: {n}", kind.name))),
-            Some(Value::String(s)) => kind
-                .values
-                .iter()
-                .position(|n| n == s)
-                .map(|i| i as i32)
-                .ok_or_else(|| {
-                    // jsonpb quotes the JSON text of the value: "\"BOGUS\"".
-                    let text = serde_json::to_string(s).unwrap_or_default();
-                    invalid(format!("unknown value {text:?} for enum {}", kind.name))
-                }),
-            Some(other) => Err(invalid(format!(
-                "json: cannot unmarshal {} into Go value of type protoreflect.EnumNumber",
-                json_kind(other)
-            ))),
-        }
-    }
-
-    pub(crate) fn list(&self, name: &str) -> Result<&'a [Value], Status> {
-        match self.get(name) {
-            None => Ok(&[]),
-            Some(Value::Array(items)) => Ok(items),
-            Some(other) => Err(invalid(format!(
-                "json: cannot unmarshal {} into Go value of type []json.RawMessage",
-                json_kind(other)
-            ))),
-        }
-    }
-
-    pub(crate) fn msg(&self, name: &str) -> Option<&'a Value> {
-        self.get(name)
+pub(crate) fn list(value: &Value) -> Result<&[Value], Status> {
+    match value {
+        Value::Array(items) => Ok(items),
+        other => Err(unmarshal(other, "[]json.RawMessage")),
     }
 }
 
@@ -431,6 +191,14 @@ fn decode_base64(text: &str) -> Result<Vec<u8>, Status> {
         .map_err(|e| invalid(format!("illegal base64 data: {e}")))
 }
 
+/// A JSON string, escaped as serde_json escapes it.
+pub(crate) fn push_string(out: &mut String, text: &str) {
+    match serde_json::to_string(text) {
+        Ok(quoted) => out.push_str(&quoted),
+        Err(_) => out.push_str("\"\""),
+    }
+}
+
 fn json_kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
@@ -456,39 +224,6 @@ mod tests {
     }
 
     use super::*;
-
-    const EVENT: EnumType = EnumType {
-        name: "mvccpb.Event.EventType",
-        values: &["PUT", "DELETE"],
-    };
-
-    #[test]
-    fn unknown_enum_values_are_named_as_jsonpb_names_them() {
-        let value: Value = serde_json::from_str(r#"{"type":"BOGUS","kind":true}"#).unwrap();
-        let fields = Fields::of(&value).unwrap();
-        assert_eq!(
-            fields.enumeration("type", &EVENT).unwrap_err().message(),
-            r#"unknown value "\"BOGUS\"" for enum mvccpb.Event.EventType"#
-        );
-        assert_eq!(
-            fields.enumeration("kind", &EVENT).unwrap_err().message(),
-            "json: cannot unmarshal bool into Go value of type protoreflect.EnumNumber"
-        );
-    }
-
-    #[test]
-    fn zero_values_are_left_out_and_int64_is_a_string() {
-        let mut out = String::new();
-        let mut o = Obj::new(&mut out);
-        o.int("a", 0i64)
-            .int("b", 7u64)
-            .bytes("key", b"foo")
-            .bool("f", false)
-            .bool("t", true)
-            .enumeration("type", 1, &EVENT);
-        o.end();
-        assert_eq!(out, r#"{"b":"7","key":"Zm9v","t":true,"type":"DELETE"}"#);
-    }
 
     #[test]
     fn syntax_errors_are_worded_as_go_words_them() {
@@ -517,16 +252,37 @@ mod tests {
     }
 
     #[test]
-    fn requests_take_orig_and_camel_case_names() {
-        let value: Value = serde_json::from_str(
-            r#"{"range_end":"AA==","countOnly":true,"limit":"3","revision":4}"#,
-        )
-        .unwrap();
+    fn fields_are_found_under_either_name_and_null_is_absent() {
+        let value: Value =
+            serde_json::from_str(r#"{"range_end":"AA==","countOnly":true,"limit":null}"#).unwrap();
         let fields = Fields::of(&value).unwrap();
-        assert_eq!(fields.bytes("range_end").unwrap(), vec![0]);
-        assert!(fields.bool("count_only").unwrap());
-        assert_eq!(fields.int("limit").unwrap(), 3);
-        assert_eq!(fields.int("revision").unwrap(), 4);
-        assert_eq!(fields.enumeration("sort_order", &EVENT).unwrap(), 0);
+        assert_eq!(
+            bytes(fields.get("range_end", "rangeEnd").unwrap()).unwrap(),
+            vec![0]
+        );
+        assert!(boolean(fields.get("count_only", "countOnly").unwrap()).unwrap());
+        assert!(fields.get("limit", "limit").is_none());
+        assert_eq!(
+            Fields::of(&Value::Bool(true)).err().unwrap().message(),
+            "json: cannot unmarshal bool into Go value of type map[string]json.RawMessage"
+        );
+    }
+
+    #[test]
+    fn integers_are_numbers_or_strings() {
+        let int64 = |text: &str| int("limit", &serde_json::from_str(text).unwrap(), "int64");
+        assert_eq!(int64("3").unwrap(), 3);
+        assert_eq!(int64("\"-3\"").unwrap(), -3);
+        assert_eq!(int64("3.0").unwrap(), 3);
+        assert_eq!(
+            int64("\"x\"").unwrap_err().message(),
+            r#"bad value for field limit: "x""#
+        );
+        assert_eq!(
+            int64("true").unwrap_err().message(),
+            "json: cannot unmarshal bool into Go value of type int64"
+        );
+        let value = serde_json::json!(-1);
+        assert!(uint("ID", &value, "uint64").is_err());
     }
 }

@@ -16,7 +16,7 @@
 //! answers 404), so neither do we.
 
 pub(crate) mod json;
-pub(crate) mod messages;
+mod reflect;
 mod stream;
 
 use std::future::Future;
@@ -39,7 +39,7 @@ use tonic::{Code, Status};
 use crate::{cors, method_not_allowed, options_ok};
 use etcdserver::config::GRPC_OVERHEAD_BYTES;
 use etcdserver::EtcdServer;
-use messages::{to_json_string, FromJson, ToJson};
+use reflect::{to_json_string, FromJson, ToJson};
 use stream::{lines_response, result_lines, serve_bidi, Inbound, ResultLines};
 use v3rpc::cluster::ClusterService;
 use v3rpc::concurrency::LocalClient;

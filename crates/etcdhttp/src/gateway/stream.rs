@@ -18,7 +18,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
 use super::json::syntax_error;
-use super::messages::{FromJson, ToJson};
+use super::reflect::{FromJson, ToJson};
 use super::{error_response, http_status, Gateway};
 use crate::{cors, method_not_allowed, options_ok};
 

@@ -1,12 +1,13 @@
 //! The WAL's file operations: creating a segment, preallocating it, the
 //! volume's free space, syncing a directory.
 
-use std::fs::{self, File};
-use std::io::{self, Write};
+use std::fs::File;
+use std::io;
 use std::path::Path;
 
 use raft::eraftpb::HardState;
 
+use super::ops::FileOps;
 use super::record::{self, Metadata, Record, SnapshotMarker};
 use super::{io_err, Segment, WalError};
 
@@ -18,7 +19,7 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
 /// Allocates `file` up to `len` bytes (never shrinking it) with
 /// `posix_fallocate`; the new space reads as zeros. Returns false, having done
 /// nothing, where the filesystem cannot preallocate.
-pub(super) fn preallocate(file: &File, len: u64) -> io::Result<bool> {
+pub(crate) fn preallocate(file: &File, len: u64) -> io::Result<bool> {
     if len == 0 {
         return Ok(false);
     }
@@ -52,8 +53,13 @@ pub(super) fn preallocate(file: &File, len: u64) -> io::Result<bool> {
 /// a small volume still starts and serves until it fills, as etcd does on a
 /// volume just larger than its segment. Returns whether anything was
 /// preallocated; segments grow as written beyond it.
-pub(super) fn preallocate_what_fits(file: &File, len: u64, path: &Path) -> io::Result<bool> {
-    match preallocate(file, len) {
+pub(super) fn preallocate_what_fits(
+    ops: &dyn FileOps,
+    file: &File,
+    len: u64,
+    path: &Path,
+) -> io::Result<bool> {
+    match ops.preallocate(file, len) {
         Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
             let current = file.metadata()?.len();
             let free = free_bytes(path.parent().unwrap_or(path))?;
@@ -69,7 +75,7 @@ pub(super) fn preallocate_what_fits(file: &File, len: u64, path: &Path) -> io::R
             if fits <= current {
                 return Ok(false);
             }
-            match preallocate(file, fits) {
+            match ops.preallocate(file, fits) {
                 Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => Ok(false),
                 other => other,
             }
@@ -101,6 +107,7 @@ pub fn free_bytes(path: &Path) -> io::Result<u64> {
 /// Creates `segment` holding its header records, preallocated to
 /// `preallocate_to`; returns it open for writing with its logical length.
 pub(super) fn write_new_segment(
+    ops: &dyn FileOps,
     dir: &Path,
     segment: &Segment,
     metadata: &Metadata,
@@ -117,14 +124,15 @@ pub(super) fn write_new_segment(
         record::encode(&Record::Snapshot(*snapshot), &mut buf);
     }
     let tmp = segment.path.with_extension("wal.tmp");
-    let mut file = File::create(&tmp).map_err(io_err(&tmp))?;
-    file.write_all(&buf).map_err(io_err(&tmp))?;
+    let file = ops.create(&tmp).map_err(io_err(&tmp))?;
+    ops.write_at(&file, &buf, 0).map_err(io_err(&tmp))?;
     if preallocate_to > buf.len() as u64 {
-        preallocate_what_fits(&file, preallocate_to, &tmp).map_err(io_err(&tmp))?;
+        preallocate_what_fits(ops, &file, preallocate_to, &tmp).map_err(io_err(&tmp))?;
     }
-    file.sync_all().map_err(io_err(&tmp))?;
-    fs::rename(&tmp, &segment.path).map_err(io_err(&segment.path))?;
-    sync_dir(dir).map_err(io_err(dir))?;
+    ops.sync_all(&file).map_err(io_err(&tmp))?;
+    ops.rename(&tmp, &segment.path)
+        .map_err(io_err(&segment.path))?;
+    ops.sync_dir(dir).map_err(io_err(dir))?;
     // The descriptor follows the rename; records go at the logical length.
     Ok((file, buf.len() as u64))
 }

@@ -94,7 +94,10 @@
 //! durable backend commit and a saved snapshot; this module keeps no opinion
 //! on that beyond never deleting the active segment.
 
+#[cfg(test)]
+mod fault_tests;
 mod file;
+mod ops;
 mod record;
 mod replay;
 #[cfg(test)]
@@ -103,6 +106,7 @@ mod tests;
 pub use file::free_bytes;
 pub(crate) use file::sync_dir;
 use file::{preallocate_what_fits, write_new_segment};
+pub use ops::{FileOps, OsFileOps};
 pub use record::{
     Metadata, Record, SnapshotMarker, HEADER_LEN, MAX_RECORD_PAYLOAD, WAL_FORMAT_VERSION,
 };
@@ -110,7 +114,6 @@ use replay::{Replay, SegmentTail};
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read as _};
-use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 
 use raft::eraftpb::{Entry, HardState};
@@ -159,6 +162,9 @@ pub struct WalOptions {
     /// so an OS crash or power loss can lose acknowledged writes (a process
     /// crash cannot: the page cache keeps them). For benchmarks and tests.
     pub unsafe_no_fsync: bool,
+    /// The file operations of the write path ([`OsFileOps`]; tests put in
+    /// ones that fail).
+    pub ops: std::sync::Arc<dyn FileOps>,
 }
 
 impl Default for WalOptions {
@@ -166,6 +172,7 @@ impl Default for WalOptions {
         WalOptions {
             segment_bytes: SEGMENT_BYTES,
             unsafe_no_fsync: false,
+            ops: std::sync::Arc::new(OsFileOps),
         }
     }
 }
@@ -223,6 +230,8 @@ pub struct Wal {
     snapshot: SnapshotMarker,
     sync_count: u64,
     sync_observer: Option<SyncObserver>,
+    /// Set when a write, a sync or a cut failed: every later one fails too.
+    failed: Option<String>,
 }
 
 fn segment_name(seq: u64, first_index: u64) -> String {
@@ -273,6 +282,7 @@ impl Wal {
         let hard_state = HardState::default();
         let snapshot = SnapshotMarker::default();
         let (active, active_len) = write_new_segment(
+            &*options.ops,
             dir,
             &segment,
             &metadata,
@@ -293,6 +303,7 @@ impl Wal {
             snapshot,
             sync_count: 0,
             sync_observer: None,
+            failed: None,
         })
     }
 
@@ -353,17 +364,21 @@ impl Wal {
                 "wal: repairing torn tail of last segment"
             );
             // Cut the torn record, then give the space back as zeros.
-            active.set_len(active_len).map_err(io_err(path))?;
-            preallocate_what_fits(&active, file_len.max(options.segment_bytes), path)
+            let ops = &*options.ops;
+            ops.set_len(&active, active_len).map_err(io_err(path))?;
+            preallocate_what_fits(ops, &active, file_len.max(options.segment_bytes), path)
                 .map_err(io_err(path))?;
-            active.sync_all().map_err(io_err(path))?;
+            ops.sync_all(&active).map_err(io_err(path))?;
             file_len = active.metadata().map_err(io_err(path))?.len();
         }
         if file_len < options.segment_bytes && active_len < options.segment_bytes {
             // a segment written before preallocation existed, or after a
             // repair where preallocation is unsupported
-            if preallocate_what_fits(&active, options.segment_bytes, path).map_err(io_err(path))? {
-                active.sync_all().map_err(io_err(path))?;
+            let ops = &*options.ops;
+            if preallocate_what_fits(ops, &active, options.segment_bytes, path)
+                .map_err(io_err(path))?
+            {
+                ops.sync_all(&active).map_err(io_err(path))?;
             }
         }
         let repaired_bytes = tail.torn_bytes;
@@ -399,6 +414,7 @@ impl Wal {
             snapshot,
             sync_count: 0,
             sync_observer: None,
+            failed: None,
         };
         Ok((wal, contents))
     }
@@ -446,14 +462,31 @@ impl Wal {
     }
 
     fn write_pending(&mut self, sync: bool) -> Result<(), WalError> {
+        let path = self.active_path().to_path_buf();
+        if let Some(failed) = &self.failed {
+            // After a failed write or fdatasync the kernel may have dropped
+            // the dirty pages (fsyncgate): a later success proves nothing.
+            return Err(WalError::Io {
+                path,
+                source: io::Error::other(format!("an earlier write failed: {failed}")),
+            });
+        }
         if self.pending.is_empty() {
             return Ok(());
         }
-        let path = self.active_path().to_path_buf();
+        let result = self.write_pending_at(&path, sync);
+        if let Err(e) = &result {
+            self.failed = Some(e.to_string());
+        }
+        result
+    }
+
+    fn write_pending_at(&mut self, path: &Path, sync: bool) -> Result<(), WalError> {
         // pwrite at the logical end: the file is preallocated beyond it
-        self.active
-            .write_all_at(&self.pending, self.active_len)
-            .map_err(io_err(&path))?;
+        self.options
+            .ops
+            .write_at(&self.active, &self.pending, self.active_len)
+            .map_err(io_err(path))?;
         self.active_len += self.pending.len() as u64;
         self.pending.clear();
         if !sync {
@@ -461,7 +494,10 @@ impl Wal {
         }
         let started = std::time::Instant::now();
         if !self.options.unsafe_no_fsync {
-            self.active.sync_data().map_err(io_err(&path))?;
+            self.options
+                .ops
+                .sync_data(&self.active)
+                .map_err(io_err(path))?;
         }
         if let Some(observer) = &self.sync_observer {
             (observer.0)(started.elapsed());
@@ -479,11 +515,11 @@ impl Wal {
         // the reader refuses a zero tail in a sealed segment.
         let path = self.active_path().to_path_buf();
         let file_len = self.active.metadata().map_err(io_err(&path))?.len();
+        let ops = &*self.options.ops;
         if file_len > self.active_len {
-            self.active
-                .set_len(self.active_len)
+            ops.set_len(&self.active, self.active_len)
                 .map_err(io_err(&path))?;
-            self.active.sync_all().map_err(io_err(&path))?;
+            ops.sync_all(&self.active).map_err(io_err(&path))?;
         }
         let prev = self.segments.last().expect("wal has an active segment");
         let segment = Segment {
@@ -494,6 +530,7 @@ impl Wal {
                 .join(segment_name(prev.seq + 1, self.last_index + 1)),
         };
         let (file, len) = write_new_segment(
+            &*self.options.ops,
             &self.dir,
             &segment,
             &self.metadata,
@@ -521,10 +558,16 @@ impl Wal {
             return Ok(());
         }
         for segment in self.segments.drain(..release) {
-            fs::remove_file(&segment.path).map_err(io_err(&segment.path))?;
+            self.options
+                .ops
+                .remove(&segment.path)
+                .map_err(io_err(&segment.path))?;
             tracing::info!(file = %segment.path.display(), "wal: released segment");
         }
-        sync_dir(&self.dir).map_err(io_err(&self.dir))?;
+        self.options
+            .ops
+            .sync_dir(&self.dir)
+            .map_err(io_err(&self.dir))?;
         Ok(())
     }
 

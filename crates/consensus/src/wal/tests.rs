@@ -69,6 +69,7 @@ fn unsafe_no_fsync_still_writes_every_record() {
     let options = WalOptions {
         segment_bytes: 4096,
         unsafe_no_fsync: true,
+        ..Default::default()
     };
     let (_, _) = write_log_with(dir.path(), 300, options.clone());
     let (wal, c) = Wal::open(dir.path(), options).unwrap();

@@ -79,44 +79,7 @@ pub(crate) fn serve_clients(
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let max_request = server.cfg.max_request_bytes + GRPC_OVERHEAD_BYTES;
-    let kv = KvServer::new(KvService::new(server.clone()))
-        .max_decoding_message_size(max_request)
-        .max_encoding_message_size(usize::MAX);
-    let maintenance = MaintenanceServer::new(MaintenanceService::new(server.clone()))
-        .max_decoding_message_size(max_request)
-        .max_encoding_message_size(usize::MAX);
-    let cluster = ClusterServer::new(ClusterService::new(server.clone()))
-        .max_decoding_message_size(max_request)
-        .max_encoding_message_size(usize::MAX);
-    let watch = WatchServer::new(WatchService::new(server.clone(), shutdown.clone()))
-        .max_decoding_message_size(max_request)
-        .max_encoding_message_size(usize::MAX);
-    let lease = LeaseServer::new(LeaseService::new(server.clone(), shutdown.clone()))
-        .max_decoding_message_size(max_request)
-        .max_encoding_message_size(usize::MAX);
-    let own_client = LocalClient::new(server.clone(), shutdown.clone());
-    let election = ElectionServer::new(ElectionService::new(own_client.clone()))
-        .max_decoding_message_size(max_request)
-        .max_encoding_message_size(usize::MAX);
-    let lock = LockServer::new(LockService::new(own_client.clone()))
-        .max_decoding_message_size(max_request)
-        .max_encoding_message_size(usize::MAX);
-    let grpc = tonic::service::Routes::builder()
-        .add_service(kv)
-        .add_service(maintenance)
-        .add_service(cluster)
-        .add_service(watch)
-        .add_service(lease)
-        .add_service(election)
-        .add_service(lock)
-        .clone()
-        .routes();
-    let gateway = Arc::new(Gateway::new(server.clone(), shutdown.clone(), own_client));
-    let routes = tonic::service::Routes::from(etcdhttp::with_fallback(
-        grpc.into_axum_router()
-            .merge(etcdhttp::client_router(server.clone(), gateway)),
-    ));
+    let routes = client_routes(&server, &shutdown);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut workers = Vec::with_capacity(threads);
     for i in 0..threads {
@@ -155,6 +118,53 @@ pub(crate) fn serve_clients(
         }
         drop(hard_stops);
     }
+}
+
+/// What the client port serves: etcd's gRPC services (requests up to
+/// `--max-request-bytes` plus gRPC's overhead, responses unbounded as etcd's
+/// `math.MaxInt32`), the JSON gateway and the HTTP routes.
+fn client_routes(
+    server: &Arc<EtcdServer>,
+    shutdown: &watch::Receiver<bool>,
+) -> tonic::service::Routes {
+    let max_request = server.cfg.max_request_bytes + GRPC_OVERHEAD_BYTES;
+    macro_rules! limits {
+        ($service:expr) => {
+            $service
+                .max_decoding_message_size(max_request)
+                .max_encoding_message_size(usize::MAX)
+        };
+    }
+    let own_client = LocalClient::new(server.clone(), shutdown.clone());
+    let grpc = tonic::service::Routes::builder()
+        .add_service(limits!(KvServer::new(KvService::new(server.clone()))))
+        .add_service(limits!(MaintenanceServer::new(MaintenanceService::new(
+            server.clone()
+        ))))
+        .add_service(limits!(ClusterServer::new(ClusterService::new(
+            server.clone()
+        ))))
+        .add_service(limits!(WatchServer::new(WatchService::new(
+            server.clone(),
+            shutdown.clone()
+        ))))
+        .add_service(limits!(LeaseServer::new(LeaseService::new(
+            server.clone(),
+            shutdown.clone()
+        ))))
+        .add_service(limits!(ElectionServer::new(ElectionService::new(
+            own_client.clone()
+        ))))
+        .add_service(limits!(LockServer::new(LockService::new(
+            own_client.clone()
+        ))))
+        .clone()
+        .routes();
+    let gateway = Arc::new(Gateway::new(server.clone(), shutdown.clone(), own_client));
+    tonic::service::Routes::from(etcdhttp::with_fallback(
+        grpc.into_axum_router()
+            .merge(etcdhttp::client_router(server.clone(), gateway)),
+    ))
 }
 
 /// Connections accepted but not yet taken by their connection thread.

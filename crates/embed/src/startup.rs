@@ -86,14 +86,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     let metrics = Arc::new(Metrics::new(identity.member.id, cfg.metrics_extensive));
     check_volume(&cfg)?;
     prepare_data_dir(&cfg)?;
-    tracing::info!(
-        "etcd-version" = ETCD_VERSION,
-        "oxcd-version" = env!("CARGO_PKG_VERSION"),
-        name = %cfg.name,
-        "data-dir" = %cfg.data_dir.display(),
-        "member-initialized" = identity.restarted,
-        "starting an etcd server"
-    );
+    log_start(&cfg, identity.restarted);
     let backend = open_backend(&cfg, &metrics).await?;
     let members = Arc::new(ClusterMembers::new(known_members(
         &backend.store,
@@ -153,6 +146,18 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     serve_client_urls(&mut member, client_addrs, metrics_addrs, &shutdown_rx).await?;
     start_background_loops(&mut member, &shutdown_rx);
     Ok(member)
+}
+
+/// etcd's "starting an etcd server" line.
+fn log_start(cfg: &ServerConfig, restarted: bool) {
+    tracing::info!(
+        "etcd-version" = ETCD_VERSION,
+        "oxcd-version" = env!("CARGO_PKG_VERSION"),
+        name = %cfg.name,
+        "data-dir" = %cfg.data_dir.display(),
+        "member-initialized" = restarted,
+        "starting an etcd server"
+    );
 }
 
 /// The peer listeners (`--listen-peer-urls`).

@@ -92,63 +92,17 @@ impl Core {
     /// Rebuilds raft's state from a snapshot and the WAL, checking that they
     /// and the backend's applied index agree.
     pub(crate) fn restore(config: &Config, restore: Restore) -> Result<Core, ConsensusError> {
-        let storage = MemStorage::new();
-        let (snap_index, base_conf) = match &restore.snapshot {
-            Some(s) => {
-                storage.wl().apply_snapshot(s.clone())?;
-                (
-                    s.get_metadata().index,
-                    s.get_metadata().get_conf_state().clone(),
-                )
-            }
-            None => {
-                let cs = ConfState {
-                    voters: restore.initial_voters.clone(),
-                    ..Default::default()
-                };
-                storage.wl().set_conf_state(cs.clone());
-                (0, cs)
-            }
-        };
-        let entries: Vec<Entry> = restore
-            .entries
-            .into_iter()
-            .filter(|e| e.index > snap_index)
-            .collect();
-        if let Some(first) = entries.first() {
-            if first.index != snap_index + 1 {
-                return Err(corrupt(format!(
-                    "WAL entries resume at index {} but the newest snapshot is at {}",
-                    first.index, snap_index
-                )));
-            }
-        }
-        let last_index = entries.last().map_or(snap_index, |e| e.index);
-        storage.wl().append(&entries)?;
-
         let applied = restore.applied;
-        if applied < snap_index {
-            return Err(corrupt(format!(
-                "backend applied index {applied} is below the snapshot index {snap_index}"
-            )));
-        }
-        if applied > last_index {
-            return Err(corrupt(format!(
-                "backend applied index {applied} is beyond the WAL's last index {last_index}"
-            )));
-        }
-        // The commit index in the WAL lags (it is written lazily); what was
-        // applied was committed.
-        let mut hard_state = restore.hard_state;
-        hard_state.commit = hard_state.commit.max(snap_index).max(applied);
-        if hard_state.commit > last_index {
-            return Err(corrupt(format!(
-                "WAL commit index {} is beyond its last index {last_index}",
-                hard_state.commit
-            )));
-        }
-        storage.wl().set_hardstate(hard_state.clone());
-
+        let catch_up_entries = restore.catch_up_entries;
+        let read_timeout = restore.read_timeout;
+        let Rebuilt {
+            storage,
+            snap_index,
+            base_conf,
+            entries,
+            last_index,
+            hard_state,
+        } = Rebuilt::from(restore)?;
         let config = Config {
             applied,
             ..config.clone()
@@ -181,11 +135,11 @@ impl Core {
         let mut core = Core {
             id: config.id,
             raw,
-            reads: ReadRounds::new(restore.read_timeout),
+            reads: ReadRounds::new(read_timeout),
             last_leader: INVALID_ID,
             leader_changes: 0,
             snapshot_index: snap_index,
-            catch_up_entries: restore.catch_up_entries,
+            catch_up_entries,
             conf_history,
         };
         let leader = core.raw.raft.leader_id;
@@ -415,6 +369,88 @@ impl Core {
     /// The member stops: every read still waiting fails.
     pub(crate) fn stop(&mut self) {
         self.reads.fail_all(|| ConsensusError::Stopped);
+    }
+}
+
+/// raft's in-memory log as the snapshot and the WAL leave it, checked
+/// against each other and against the backend's applied index.
+struct Rebuilt {
+    storage: MemStorage,
+    snap_index: u64,
+    base_conf: ConfState,
+    /// The WAL's entries after the snapshot.
+    entries: Vec<Entry>,
+    last_index: u64,
+    hard_state: HardState,
+}
+
+impl Rebuilt {
+    fn from(restore: Restore) -> Result<Rebuilt, ConsensusError> {
+        let storage = MemStorage::new();
+        let (snap_index, base_conf) = match &restore.snapshot {
+            Some(s) => {
+                storage.wl().apply_snapshot(s.clone())?;
+                (
+                    s.get_metadata().index,
+                    s.get_metadata().get_conf_state().clone(),
+                )
+            }
+            None => {
+                let cs = ConfState {
+                    voters: restore.initial_voters.clone(),
+                    ..Default::default()
+                };
+                storage.wl().set_conf_state(cs.clone());
+                (0, cs)
+            }
+        };
+        let entries: Vec<Entry> = restore
+            .entries
+            .into_iter()
+            .filter(|e| e.index > snap_index)
+            .collect();
+        if let Some(first) = entries.first() {
+            if first.index != snap_index + 1 {
+                return Err(corrupt(format!(
+                    "WAL entries resume at index {} but the newest snapshot is at {}",
+                    first.index, snap_index
+                )));
+            }
+        }
+        let last_index = entries.last().map_or(snap_index, |e| e.index);
+        storage.wl().append(&entries)?;
+
+        let applied = restore.applied;
+        if applied < snap_index {
+            return Err(corrupt(format!(
+                "backend applied index {applied} is below the snapshot index {snap_index}"
+            )));
+        }
+        if applied > last_index {
+            return Err(corrupt(format!(
+                "backend applied index {applied} is beyond the WAL's last index {last_index}"
+            )));
+        }
+        // The commit index in the WAL lags (it is written lazily); what was
+        // applied was committed.
+        let mut hard_state = restore.hard_state;
+        hard_state.commit = hard_state.commit.max(snap_index).max(applied);
+        if hard_state.commit > last_index {
+            return Err(corrupt(format!(
+                "WAL commit index {} is beyond its last index {last_index}",
+                hard_state.commit
+            )));
+        }
+        storage.wl().set_hardstate(hard_state.clone());
+
+        Ok(Rebuilt {
+            storage,
+            snap_index,
+            base_conf,
+            entries,
+            last_index,
+            hard_state,
+        })
     }
 }
 

@@ -26,6 +26,13 @@
 //! they are handed out (the apply side still receives them, to update its
 //! member list).
 //!
+//! The loop is a driver (`node`: the thread, its runtime, the WAL, the
+//! `.snap` files, the transport, the hand-off to apply) around a core with
+//! no I/O (`node::core`: the RawNode, read rounds, conf-state history,
+//! snapshot policy; input and the clock in, Ready effects out), which its
+//! unit tests drive without disk or threads. The WAL's file operations go
+//! through [`wal::FileOps`], which tests replace to fail or tear a call.
+//!
 //! ## Inline apply
 //!
 //! Handing a batch to the apply thread costs a thread wake-up, which on an

@@ -60,24 +60,7 @@ impl Node {
         let snapper = Snapshotter::new(&cfg.member_dir.join("snap"))?;
         let wal_dir = cfg.member_dir.join("wal");
         let snapshot = snapper.load_newest()?;
-        let (mut wal, contents) = if Wal::exists(&wal_dir) {
-            let (wal, contents) = Wal::open(&wal_dir, options.wal.clone())?;
-            (wal, Some(contents))
-        } else {
-            if let Some(s) = &snapshot {
-                return Err(ConsensusError::Corrupt(format!(
-                    "snapshot at index {} exists but {} holds no WAL",
-                    s.get_metadata().index,
-                    wal_dir.display()
-                )));
-            }
-            let metadata = Metadata {
-                node_id: cfg.id,
-                cluster_id: cfg.cluster_id,
-                initial_voters: cfg.voters.clone(),
-            };
-            (Wal::create(&wal_dir, metadata, options.wal.clone())?, None)
-        };
+        let (mut wal, contents) = open_wal(cfg, options, &wal_dir, snapshot.as_ref())?;
         if let Some(observer) = &options.wal_sync_observer {
             wal.set_sync_observer(observer.clone());
         }
@@ -411,4 +394,31 @@ fn raft_config(cfg: &RaftConfig) -> Result<Config, ConsensusError> {
         read_only_option: ReadOnlyOption::Safe,
         ..Default::default()
     })
+}
+
+/// The member's WAL: opened and read back, or created for a new member
+/// (refused when a snapshot exists without it).
+fn open_wal(
+    cfg: &RaftConfig,
+    options: &StartOptions,
+    wal_dir: &std::path::Path,
+    snapshot: Option<&Snapshot>,
+) -> Result<(Wal, Option<crate::wal::WalContents>), ConsensusError> {
+    if Wal::exists(wal_dir) {
+        let (wal, contents) = Wal::open(wal_dir, options.wal.clone())?;
+        return Ok((wal, Some(contents)));
+    }
+    if let Some(s) = snapshot {
+        return Err(ConsensusError::Corrupt(format!(
+            "snapshot at index {} exists but {} holds no WAL",
+            s.get_metadata().index,
+            wal_dir.display()
+        )));
+    }
+    let metadata = Metadata {
+        node_id: cfg.id,
+        cluster_id: cfg.cluster_id,
+        initial_voters: cfg.voters.clone(),
+    };
+    Ok((Wal::create(wal_dir, metadata, options.wal.clone())?, None))
 }

@@ -100,14 +100,7 @@ pub(super) async fn run_peer(link: Link, url: String, mut queue: mpsc::Receiver<
                     link.observer.connection(to, false);
                     was_connected = false;
                 }
-                // Messages queued while the peer is unreachable are stale.
-                let mut stale = 0;
-                while queue.try_recv().is_ok() {
-                    stale += 1;
-                }
-                if stale > 0 {
-                    link.observer.send_failed(to, stale);
-                }
+                drop_stale(&link, &mut queue);
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(BACKOFF_MAX);
                 continue;
@@ -125,52 +118,89 @@ pub(super) async fn run_peer(link: Link, url: String, mut queue: mpsc::Receiver<
             link.observer.connection(to, true);
             was_connected = true;
         }
-        let (mut reader, mut writer) = stream.into_split();
-        let mut frames = Vec::new();
-        let mut eof = [0u8; 1];
-        loop {
-            // The peer never writes on this connection: a read that returns
-            // means it closed (died, or refused us), noticed at once rather
-            // than at the next message (a follower may send nothing to this
-            // peer for a long time).
-            let first = tokio::select! {
-                first = queue.recv() => first,
-                _ = reader.read(&mut eof) => break,
-            };
-            let Some(first) = first else {
-                prober.abort();
-                return; // the transport is gone: the member is stopping
-            };
-            frames.clear();
-            let mut count = 0u64;
-            push_frame(&mut frames, &first);
-            count += 1;
-            while count < MAX_BATCH_MESSAGES as u64 {
-                match queue.try_recv() {
-                    Ok(m) => {
-                        push_frame(&mut frames, &m);
-                        count += 1;
-                    }
-                    Err(_) => break,
-                }
-            }
-            // A peer that stops reading (a partition) must not hold this
-            // link forever: etcd's ConnWriteTimeout.
-            match tokio::time::timeout(WRITE_TIMEOUT, writer.write_all(&frames)).await {
-                Ok(Ok(())) => {}
-                _ => {
-                    link.observer.send_failed(to, count);
-                    break;
-                }
-            }
-            link.observer.sent(to, (frames.len() as u64) - 4 * count);
-            // Only a link that carries messages resets the back-off: one
-            // the peer refuses at once must not be retried in a tight loop.
-            backoff = BACKOFF_MIN;
-        }
+        let streamed = stream_batches(&link, &mut queue, stream).await;
         prober.abort();
+        match streamed {
+            Streamed::Stopping => return,
+            // Only a link that carried messages resets the back-off: one
+            // the peer refuses at once must not be retried in a tight loop.
+            Streamed::Broken { carried: true } => backoff = BACKOFF_MIN,
+            Streamed::Broken { carried: false } => {}
+        }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// Messages queued while the peer is unreachable are stale: dropped
+/// (raft retransmits), and counted as failed sends.
+fn drop_stale(link: &Link, queue: &mut mpsc::Receiver<Vec<u8>>) {
+    let mut stale = 0;
+    while queue.try_recv().is_ok() {
+        stale += 1;
+    }
+    if stale > 0 {
+        link.observer.send_failed(link.to, stale);
+    }
+}
+
+/// How one connection's streaming ended.
+enum Streamed {
+    /// The transport is gone: the member is stopping.
+    Stopping,
+    /// The connection failed or the peer closed it; `carried` if any batch
+    /// went through first.
+    Broken { carried: bool },
+}
+
+/// Streams the queue's messages to the peer in batches (up to
+/// `MAX_BATCH_MESSAGES` framed together, one write) until the connection
+/// fails.
+async fn stream_batches(
+    link: &Link,
+    queue: &mut mpsc::Receiver<Vec<u8>>,
+    stream: tokio::net::TcpStream,
+) -> Streamed {
+    let to = link.to;
+    let (mut reader, mut writer) = stream.into_split();
+    let mut frames = Vec::new();
+    let mut eof = [0u8; 1];
+    let mut carried = false;
+    loop {
+        // The peer never writes on this connection: a read that returns
+        // means it closed (died, or refused us), noticed at once rather
+        // than at the next message (a follower may send nothing to this
+        // peer for a long time).
+        let first = tokio::select! {
+            first = queue.recv() => first,
+            _ = reader.read(&mut eof) => return Streamed::Broken { carried },
+        };
+        let Some(first) = first else {
+            return Streamed::Stopping;
+        };
+        frames.clear();
+        push_frame(&mut frames, &first);
+        let mut count = 1u64;
+        while count < MAX_BATCH_MESSAGES as u64 {
+            match queue.try_recv() {
+                Ok(m) => {
+                    push_frame(&mut frames, &m);
+                    count += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        // A peer that stops reading (a partition) must not hold this
+        // link forever: etcd's ConnWriteTimeout.
+        match tokio::time::timeout(WRITE_TIMEOUT, writer.write_all(&frames)).await {
+            Ok(Ok(())) => {}
+            _ => {
+                link.observer.send_failed(to, count);
+                return Streamed::Broken { carried };
+            }
+        }
+        link.observer.sent(to, (frames.len() as u64) - 4 * count);
+        carried = true;
     }
 }
 

@@ -95,35 +95,28 @@ impl Core {
         let applied = restore.applied;
         let catch_up_entries = restore.catch_up_entries;
         let read_timeout = restore.read_timeout;
-        let Rebuilt {
-            storage,
-            snap_index,
-            base_conf,
-            entries,
-            last_index,
-            hard_state,
-        } = Rebuilt::from(restore)?;
+        let log = Rebuilt::from(restore)?;
         let config = Config {
             applied,
             ..config.clone()
         };
-        let mut raw = RawNode::new(&config, storage, &crate::logger::raft_logger())?;
+        let mut raw = RawNode::new(&config, log.storage, &crate::logger::raft_logger())?;
 
         // Conf changes at or below `applied` will not be handed out again;
         // replay them into raft now. Those above come back through the loop.
-        let mut conf_history = ConfHistory::new(snap_index, base_conf);
-        for e in entries.iter().filter(|e| e.index <= applied) {
+        let mut conf_history = ConfHistory::new(log.snap_index, log.base_conf);
+        for e in log.entries.iter().filter(|e| e.index <= applied) {
             if let Some(cs) = apply_conf_change_entry(&mut raw, e)? {
                 conf_history.push(e.index, cs);
             }
         }
         tracing::info!(
             id = %format!("{:x}", config.id),
-            snapshot_index = snap_index,
+            snapshot_index = log.snap_index,
             applied,
-            commit = hard_state.commit,
-            last_index,
-            term = hard_state.term,
+            commit = log.hard_state.commit,
+            last_index = log.last_index,
+            term = log.hard_state.term,
             "raft: starting member"
         );
         let voters = raw.raft.prs().conf().voters().ids();
@@ -138,7 +131,7 @@ impl Core {
             reads: ReadRounds::new(read_timeout),
             last_leader: INVALID_ID,
             leader_changes: 0,
-            snapshot_index: snap_index,
+            snapshot_index: log.snap_index,
             catch_up_entries,
             conf_history,
         };

@@ -8,6 +8,7 @@
 
 pub mod http;
 pub mod netns;
+pub mod pki;
 pub mod tmpfs;
 
 use std::io::{BufRead, BufReader};

@@ -1,0 +1,261 @@
+use std::sync::Arc;
+
+use rustls::pki_types::ServerName;
+use rustls::ClientConfig;
+use testkit::pki::{CertFiles, TestCa, Usage};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+
+/// A client of `ca`'s server certificate, presenting `cert` if given.
+fn client(ca: &Path, cert: Option<&CertFiles>) -> Arc<ClientConfig> {
+    let mut roots = RootCertStore::empty();
+    for c in read_certs(ca).unwrap() {
+        roots.add(c).unwrap();
+    }
+    let builder =
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+    let mut config = match cert {
+        Some(c) => builder
+            .with_client_auth_cert(read_certs(&c.cert).unwrap(), read_key(&c.key).unwrap())
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Arc::new(config)
+}
+
+/// One handshake and one byte each way; the server's certificate serial
+/// and the negotiated ALPN protocol, or the error either side saw.
+async fn handshake(
+    server: Arc<ServerConfig>,
+    client: Arc<ClientConfig>,
+) -> Result<(Vec<u8>, Option<Vec<u8>>), String> {
+    let (a, b) = tokio::io::duplex(64 * 1024);
+    let acceptor = tokio_rustls::TlsAcceptor::from(server);
+    let connector = tokio_rustls::TlsConnector::from(client);
+    let serve = async move {
+        let mut tls = acceptor.accept(a).await.map_err(|e| e.to_string())?;
+        let mut byte = [0u8; 1];
+        tls.read_exact(&mut byte).await.map_err(|e| e.to_string())?;
+        tls.write_all(&byte).await.map_err(|e| e.to_string())?;
+        tls.flush().await.map_err(|e| e.to_string())?;
+        Ok::<_, String>(())
+    };
+    let dial = async move {
+        let name = ServerName::try_from("localhost").unwrap();
+        let mut tls = connector
+            .connect(name, b)
+            .await
+            .map_err(|e| e.to_string())?;
+        tls.write_all(b"x").await.map_err(|e| e.to_string())?;
+        let mut byte = [0u8; 1];
+        tls.read_exact(&mut byte).await.map_err(|e| e.to_string())?;
+        let (_, conn) = tls.get_ref();
+        let leaf = conn.peer_certificates().unwrap()[0].clone();
+        let serial = {
+            use x509_parser::prelude::{FromDer, X509Certificate};
+            X509Certificate::from_der(leaf.as_ref())
+                .unwrap()
+                .1
+                .raw_serial()
+                .to_vec()
+        };
+        Ok::<_, String>((serial, conn.alpn_protocol().map(<[u8]>::to_vec)))
+    };
+    let (served, dialed) = tokio::join!(serve, dial);
+    let dialed = dialed?;
+    served?;
+    Ok(dialed)
+}
+
+struct Pki {
+    _dir: tempfile::TempDir,
+    ca: TestCa,
+    server: CertFiles,
+}
+
+fn pki() -> Pki {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ca = TestCa::new(dir.path(), "ca");
+    let server = ca.issue(
+        "server",
+        "server",
+        &["localhost", "127.0.0.1"],
+        Usage::Server,
+    );
+    Pki {
+        _dir: dir,
+        ca,
+        server,
+    }
+}
+
+fn info(pki: &Pki) -> TlsInfo {
+    TlsInfo {
+        cert_file: Some(pki.server.cert.clone()),
+        key_file: Some(pki.server.key.clone()),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_server_certificate_alone_serves_h2_to_any_client() {
+    let pki = pki();
+    let server = info(&pki).server_config().unwrap();
+    let (serial, alpn) = handshake(server, client(&pki.ca.ca_file(), None))
+        .await
+        .unwrap();
+    assert_eq!(serial, vec![pki.server.serial as u8]);
+    assert_eq!(alpn.as_deref(), Some(&b"h2"[..]));
+}
+
+#[tokio::test]
+async fn a_trusted_ca_requires_a_client_certificate_it_signed() {
+    let mut pki = pki();
+    let good = pki.ca.issue("good", "alice", &[], Usage::Client);
+    let dir = tempfile::tempdir().unwrap();
+    let mut other_ca = TestCa::new(dir.path(), "other");
+    let stranger = other_ca.issue("stranger", "mallory", &[], Usage::Client);
+    let server = TlsInfo {
+        trusted_ca_file: Some(pki.ca.ca_file()),
+        ..info(&pki)
+    }
+    .server_config()
+    .unwrap();
+    let ca = pki.ca.ca_file();
+    assert!(handshake(server.clone(), client(&ca, Some(&good)))
+        .await
+        .is_ok());
+    let none = handshake(server.clone(), client(&ca, None)).await;
+    assert!(none.is_err(), "no client certificate: {none:?}");
+    let wrong = handshake(server, client(&ca, Some(&stranger))).await;
+    assert!(wrong.is_err(), "a certificate of another CA: {wrong:?}");
+    assert_eq!(
+        client_common_name(&read_certs(&good.cert).unwrap()[0]).as_deref(),
+        Some("alice")
+    );
+}
+
+#[tokio::test]
+async fn a_revoked_client_certificate_is_refused() {
+    let mut pki = pki();
+    let good = pki.ca.issue("good", "alice", &[], Usage::Client);
+    let revoked = pki.ca.issue("revoked", "bob", &[], Usage::Client);
+    let crl = pki.ca.revoke("crl", &[revoked.serial]);
+    let server = TlsInfo {
+        trusted_ca_file: Some(pki.ca.ca_file()),
+        client_cert_auth: true,
+        crl_file: Some(crl),
+        ..info(&pki)
+    }
+    .server_config()
+    .unwrap();
+    let ca = pki.ca.ca_file();
+    assert!(handshake(server.clone(), client(&ca, Some(&good)))
+        .await
+        .is_ok());
+    let refused = handshake(server, client(&ca, Some(&revoked))).await;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_lowercase().contains("revoked")),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn replacing_the_files_rotates_the_certificate_and_a_broken_one_is_ignored() {
+    let mut pki = pki();
+    let server = info(&pki).server_config().unwrap();
+    let ca = pki.ca.ca_file();
+    let (first, _) = handshake(server.clone(), client(&ca, None)).await.unwrap();
+    assert_eq!(first, vec![pki.server.serial as u8]);
+
+    let next = pki
+        .ca
+        .issue("next", "server", &["localhost"], Usage::Server);
+    std::fs::copy(&next.cert, &pki.server.cert).unwrap();
+    std::fs::copy(&next.key, &pki.server.key).unwrap();
+    let (rotated, _) = handshake(server.clone(), client(&ca, None)).await.unwrap();
+    assert_eq!(
+        rotated,
+        vec![next.serial as u8],
+        "new handshakes use the new files"
+    );
+
+    std::fs::write(&pki.server.cert, "-----BEGIN CERTIFICATE-----\nbroken").unwrap();
+    let (kept, _) = handshake(server, client(&ca, None)).await.unwrap();
+    assert_eq!(
+        kept,
+        vec![next.serial as u8],
+        "the last good certificate is kept"
+    );
+}
+
+#[test]
+fn versions_and_cipher_suites_are_validated_in_etcds_words() {
+    let refused = |info: TlsInfo| info.provider().err().unwrap().to_string();
+    assert_eq!(
+        refused(TlsInfo {
+            min_version: Some("TLS1.1".into()),
+            ..Default::default()
+        }),
+        r#"unexpected TLS version "TLS1.1" (must be one of: TLS1.2, TLS1.3)"#
+    );
+    assert_eq!(
+        refused(TlsInfo {
+            min_version: Some("TLS1.3".into()),
+            max_version: Some("TLS1.2".into()),
+            ..Default::default()
+        }),
+        "min version (TLS1.3) is greater than max version (TLS1.2)"
+    );
+    assert_eq!(
+        refused(TlsInfo {
+            min_version: Some("TLS1.3".into()),
+            cipher_suites: vec!["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".into()],
+            ..Default::default()
+        }),
+        "cipher suites cannot be configured when only TLS1.3 is enabled"
+    );
+    assert_eq!(
+        refused(TlsInfo {
+            cipher_suites: vec!["TLS_BOGUS".into()],
+            ..Default::default()
+        }),
+        r#"unexpected TLS cipher suite "TLS_BOGUS""#
+    );
+    assert!(refused(TlsInfo {
+        cipher_suites: vec!["TLS_RSA_WITH_AES_128_CBC_SHA".into()],
+        ..Default::default()
+    })
+    .contains("not supported by oxcd"));
+    let (provider, versions) = TlsInfo {
+        cipher_suites: vec!["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256".into()],
+        ..Default::default()
+    }
+    .provider()
+    .unwrap();
+    assert_eq!(versions, vec![TlsVersion::Tls12, TlsVersion::Tls13]);
+    // the three TLS 1.3 suites and the one chosen
+    assert_eq!(provider.cipher_suites.len(), 4);
+}
+
+#[test]
+fn a_key_that_does_not_go_with_its_certificate_refuses_to_start() {
+    let mut pki = pki();
+    let other = pki.ca.issue("other", "x", &["localhost"], Usage::Server);
+    let error = TlsInfo {
+        key_file: Some(other.key.clone()),
+        ..info(&pki)
+    }
+    .server_config()
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(error.contains("does not go with"), "{error}");
+}

@@ -77,13 +77,21 @@ pub(crate) async fn serve_peers(
 pub(crate) fn serve_clients(
     server: Arc<EtcdServer>,
     listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
     mut shutdown: watch::Receiver<bool>,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let routes = client_routes(&server, &shutdown);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut workers = Vec::with_capacity(threads);
     for i in 0..threads {
-        match ClientThread::spawn(i, server.clone(), routes.clone(), shutdown.clone()) {
+        let thread = ClientThread::spawn(
+            i,
+            server.clone(),
+            routes.clone(),
+            tls.clone(),
+            shutdown.clone(),
+        );
+        match thread {
             Ok(worker) => workers.push(worker),
             Err(e) => tracing::error!(error = %e, "cannot start a client connection thread"),
         }
@@ -190,6 +198,7 @@ impl ClientThread {
         index: usize,
         server: Arc<EtcdServer>,
         routes: tonic::service::Routes,
+        tls: Option<Arc<rustls::ServerConfig>>,
         mut shutdown: watch::Receiver<bool>,
     ) -> std::io::Result<ClientThread> {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -202,29 +211,27 @@ impl ClientThread {
             .name(format!("grpc-client-{index}"))
             .stack_size(api::codec::REQUEST_THREAD_STACK_BYTES)
             .spawn(move || {
-                let incoming = tokio_stream::StreamExt::map(
-                    tokio_stream::wrappers::ReceiverStream::new(queue),
-                    tokio::net::TcpStream::from_std,
-                );
-                // HTTP/1.1 too (hyper's auto connection builder tells the two
-                // apart by the HTTP/2 preface), for curl and the gateway's
-                // clients.
-                let serve = tonic::transport::Server::builder()
-                    .accept_http1(true)
-                    .max_concurrent_streams(server.cfg.max_concurrent_streams)
-                    .http2_keepalive_interval(Some(Duration::from_secs(2 * 60 * 60)))
-                    .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-                    .layer(crate::grpc_compat::GrpcGuardLayer)
-                    .layer(GrpcMetricsLayer::new(server.metrics.grpc.clone()))
-                    .layer(tower::util::MapResponseLayer::new(
-                        crate::grpc_compat::rewrite_oversized_request,
-                    ))
-                    .add_routes(routes)
-                    .serve_with_incoming_shutdown(incoming, async move {
-                        let _ = shutdown.wait_for(|stop| *stop).await;
-                    });
-                drop(server);
                 runtime.block_on(async move {
+                    let stop = async move {
+                        let _ = shutdown.wait_for(|stop| *stop).await;
+                    };
+                    let tcp = tokio_stream::StreamExt::map(
+                        tokio_stream::wrappers::ReceiverStream::new(queue),
+                        tokio::net::TcpStream::from_std,
+                    );
+                    let serve = match tls {
+                        None => Box::pin(serve_connections(server, routes, tcp, stop)),
+                        Some(config) => {
+                            let ready =
+                                crate::secure::handshakes(tcp_streams(tcp), config, "client");
+                            let incoming = tokio_stream::StreamExt::map(
+                                tokio_stream::wrappers::ReceiverStream::new(ready),
+                                Ok::<_, std::io::Error>,
+                            );
+                            Box::pin(serve_connections(server, routes, incoming, stop))
+                                as std::pin::Pin<Box<dyn std::future::Future<Output = _>>>
+                        }
+                    };
                     tokio::select! {
                         result = serve => {
                             if let Err(e) = result {
@@ -245,21 +252,95 @@ impl ClientThread {
     }
 }
 
-/// `--listen-metrics-urls`: /metrics and /health over HTTP/1.1 or HTTP/2.
+/// Serves the connections of `incoming` (plain TCP or TLS) with the
+/// client port's routes: HTTP/2 gRPC and HTTP/1.1 (hyper's auto connection
+/// builder tells the two apart by the HTTP/2 preface), for curl and the
+/// gateway's clients.
+async fn serve_connections<I, IO, IE>(
+    server: Arc<EtcdServer>,
+    routes: tonic::service::Routes,
+    incoming: I,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), tonic::transport::Error>
+where
+    I: tokio_stream::Stream<Item = Result<IO, IE>>,
+    IO: tokio::io::AsyncRead
+        + tokio::io::AsyncWrite
+        + tonic::transport::server::Connected
+        + Unpin
+        + Send
+        + 'static,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    tonic::transport::Server::builder()
+        .accept_http1(true)
+        .max_concurrent_streams(server.cfg.max_concurrent_streams)
+        .http2_keepalive_interval(Some(Duration::from_secs(2 * 60 * 60)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .layer(crate::grpc_compat::GrpcGuardLayer)
+        .layer(GrpcMetricsLayer::new(server.metrics.grpc.clone()))
+        .layer(tower::util::MapResponseLayer::new(
+            crate::grpc_compat::rewrite_oversized_request,
+        ))
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(incoming, stop)
+        .await
+}
+
+/// The TCP streams of `incoming` that the runtime took, as a queue.
+fn tcp_streams(
+    incoming: impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> + Send + 'static,
+) -> tokio::sync::mpsc::Receiver<tokio::net::TcpStream> {
+    let (tx, rx) = tokio::sync::mpsc::channel(CLIENT_ACCEPT_QUEUE);
+    tokio::spawn(async move {
+        let mut incoming = std::pin::pin!(incoming);
+        while let Some(stream) = tokio_stream::StreamExt::next(&mut incoming).await {
+            if let Ok(stream) = stream {
+                if tx.send(stream).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// `--listen-metrics-urls`: /metrics and /health over HTTP/1.1 or HTTP/2,
+/// with the client port's TLS settings on an `https://` URL.
 pub(crate) async fn serve_metrics(
     server: Arc<EtcdServer>,
     listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    let routes = etcdhttp::with_fallback(etcdhttp::metrics_router(server));
-    let result = tonic::transport::Server::builder()
-        .accept_http1(true)
-        .add_routes(tonic::service::Routes::from(routes))
-        .serve_with_incoming_shutdown(incoming, async move {
-            let _ = shutdown.wait_for(|stop| *stop).await;
-        })
-        .await;
+    let routes =
+        tonic::service::Routes::from(etcdhttp::with_fallback(etcdhttp::metrics_router(server)));
+    let stop = async move {
+        let _ = shutdown.wait_for(|stop| *stop).await;
+    };
+    let mut builder = tonic::transport::Server::builder().accept_http1(true);
+    let result = match tls {
+        None => {
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            builder
+                .add_routes(routes)
+                .serve_with_incoming_shutdown(incoming, stop)
+                .await
+        }
+        Some(config) => {
+            let tcp = tcp_streams(tokio_stream::wrappers::TcpListenerStream::new(listener));
+            let ready = crate::secure::handshakes(tcp, config, "client");
+            let incoming = tokio_stream::StreamExt::map(
+                tokio_stream::wrappers::ReceiverStream::new(ready),
+                Ok::<_, std::io::Error>,
+            );
+            builder
+                .add_routes(routes)
+                .serve_with_incoming_shutdown(incoming, stop)
+                .await
+        }
+    };
     if let Err(e) = result {
         tracing::error!(error = %e, "metrics listener stopped");
     }

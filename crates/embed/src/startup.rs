@@ -16,7 +16,7 @@ use crate::listeners::{bind, serve_clients, serve_metrics, serve_peers};
 use etcdserver::alarms::Alarms;
 use etcdserver::apply::{ApplyLoop, StateMachine};
 use etcdserver::bootstrap::{
-    check_volume, identity, known_members, parse_url, prepare_data_dir, recover_alarms,
+    check_volume, identity, is_tls_url, known_members, parse_url, prepare_data_dir, recover_alarms,
     recover_lessor, Identity, StartError,
 };
 use etcdserver::config::ServerConfig;
@@ -83,6 +83,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     let identity = identity(&cfg)?;
     let client_addrs = parse_urls(&cfg.listen_client_urls)?;
     let metrics_addrs = parse_urls(&cfg.listen_metrics_urls)?;
+    let client_tls = client_tls(&cfg)?;
     let metrics = Arc::new(Metrics::new(identity.member.id, cfg.metrics_extensive));
     check_volume(&cfg)?;
     prepare_data_dir(&cfg)?;
@@ -143,7 +144,8 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
             return Err(StartError::Corrupt(reason));
         }
     }
-    serve_client_urls(&mut member, client_addrs, metrics_addrs, &shutdown_rx).await?;
+    let addrs = (client_addrs, metrics_addrs);
+    serve_client_urls(&mut member, addrs, client_tls, &shutdown_rx).await?;
     start_background_loops(&mut member, &shutdown_rx);
     Ok(member)
 }
@@ -167,6 +169,11 @@ async fn serve_peer_urls(
     shutdown: &watch::Receiver<bool>,
 ) -> Result<(), StartError> {
     for url in &member.server.cfg.listen_peer_urls {
+        if is_tls_url(url) {
+            return Err(StartError::Config(format!(
+                "peer TLS (--peer-cert-file, --peer-key-file) is not supported yet: {url}"
+            )));
+        }
         let (listener, local) = bind(url, parse_url(url)?).await?;
         let serve = serve_peers(
             member.server.clone(),
@@ -184,25 +191,62 @@ async fn serve_peer_urls(
 /// (`--listen-metrics-urls`), resolved beforehand.
 async fn serve_client_urls(
     member: &mut Member,
-    client_addrs: Vec<SocketAddr>,
-    metrics_addrs: Vec<SocketAddr>,
+    (client_addrs, metrics_addrs): (Vec<SocketAddr>, Vec<SocketAddr>),
+    tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: &watch::Receiver<bool>,
 ) -> Result<(), StartError> {
     let cfg = member.server.cfg.clone();
+    let tls_for = |url: &str| is_tls_url(url).then(|| tls.clone()).flatten();
     for (url, addr) in cfg.listen_client_urls.iter().zip(client_addrs) {
         let (listener, local) = bind(url, addr).await?;
         member.client_addrs.push(local);
-        let serve = serve_clients(member.server.clone(), listener, shutdown.clone());
+        let secure = tls_for(url);
+        if secure.is_some() {
+            tracing::info!(address = %local, "serving client traffic securely");
+        } else {
+            tracing::warn!(address = %local, "serving client traffic insecurely; this is strongly discouraged!");
+        }
+        let serve = serve_clients(member.server.clone(), listener, secure, shutdown.clone());
         member.serving.push(tokio::spawn(serve));
-        tracing::warn!(address = %local, "serving client traffic insecurely; this is strongly discouraged!");
     }
     for (url, addr) in cfg.listen_metrics_urls.iter().zip(metrics_addrs) {
         let (listener, local) = bind(url, addr).await?;
-        let serve = serve_metrics(member.server.clone(), listener, shutdown.clone());
+        let serve = serve_metrics(
+            member.server.clone(),
+            listener,
+            tls_for(url),
+            shutdown.clone(),
+        );
         member.serving.push(tokio::spawn(serve));
         tracing::info!(address = %local, "serving metrics");
     }
     Ok(())
+}
+
+/// The client port's TLS configuration when a client or metrics URL is
+/// `https://`, checked as etcd checks it (server/embed/etcd.go).
+fn client_tls(cfg: &ServerConfig) -> Result<Option<Arc<rustls::ServerConfig>>, StartError> {
+    let https_client = cfg.listen_client_urls.iter().find(|u| is_tls_url(u));
+    let https_metrics = cfg.listen_metrics_urls.iter().any(|u| is_tls_url(u));
+    if https_client.is_none() && !https_metrics {
+        if cfg.client_tls.client_cert_auth {
+            tracing::warn!("scheme is HTTP while --client-cert-auth is enabled; ignored client cert auth for this URL");
+        }
+        return Ok(None);
+    }
+    if !cfg.client_tls.has_cert() {
+        return Err(StartError::Config(match https_client {
+            Some(url) => format!(
+                "TLS key/cert (--cert-file, --key-file) must be provided for client url {url} with HTTPS scheme"
+            ),
+            None => "client TLS key/cert (--cert-file, --key-file) must be provided for metrics secure url".into(),
+        }));
+    }
+    let config = cfg
+        .client_tls
+        .server_config()
+        .map_err(|e| StartError::Config(format!("client TLS: {e}")))?;
+    Ok(Some(config))
 }
 
 /// The backend and the state rebuilt from it.

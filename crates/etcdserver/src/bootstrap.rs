@@ -42,14 +42,20 @@ pub fn recover_lessor(lessor: &Lessor, store: &Store) -> Result<(), mvcc::MvccEr
     lessor.recover(records.into_values(), store.take_loaded_leased_keys());
     Ok(())
 }
+/// Whether `url` asks for TLS (`https://`).
+pub fn is_tls_url(url: &str) -> bool {
+    url.starts_with("https://") || url.starts_with("unixs://")
+}
+
+/// The address of an `http://` or `https://` URL.
 pub fn parse_url(url: &str) -> Result<SocketAddr, StartError> {
     let parsed = url::Url::parse(url)
         .map_err(|e| StartError::Config(format!("invalid URL {url:?}: {e}")))?;
     match parsed.scheme() {
-        "http" => {}
-        "https" | "unixs" => {
+        "http" | "https" => {}
+        "unix" | "unixs" => {
             return Err(StartError::Config(format!(
-                "TLS is not supported yet: {url}"
+                "unix socket URLs are not supported yet: {url}"
             )));
         }
         other => {

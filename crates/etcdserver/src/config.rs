@@ -57,6 +57,11 @@ pub struct ServerConfig {
     /// --unsafe-no-fsync: the WAL is never fdatasync'ed (data loss on an OS
     /// crash or power failure; a process crash loses nothing).
     pub unsafe_no_fsync: bool,
+    /// The client port's TLS (`--cert-file`, `--key-file`,
+    /// `--trusted-ca-file`, `--client-cert-auth`, `--client-crl-file`,
+    /// `--cipher-suites`, `--tls-min-version`, `--tls-max-version`), used by
+    /// `https://` client and metrics URLs.
+    pub client_tls: tls::TlsInfo,
 }
 
 impl ServerConfig {
@@ -104,6 +109,7 @@ impl Default for ServerConfig {
             initial_corrupt_check: false,
             corrupt_check_time: Duration::ZERO,
             unsafe_no_fsync: false,
+            client_tls: tls::TlsInfo::default(),
         }
     }
 }

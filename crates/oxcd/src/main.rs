@@ -145,6 +145,30 @@ struct Flags {
     /// Disables fsync, unsafe, will cause data loss.
     #[arg(long, env = "ETCD_UNSAFE_NO_FSYNC", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     unsafe_no_fsync: bool,
+    /// Path to the client server TLS cert file.
+    #[arg(long, env = "ETCD_CERT_FILE", default_value = "")]
+    cert_file: String,
+    /// Path to the client server TLS key file.
+    #[arg(long, env = "ETCD_KEY_FILE", default_value = "")]
+    key_file: String,
+    /// Enable client cert authentication.
+    #[arg(long, env = "ETCD_CLIENT_CERT_AUTH", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    client_cert_auth: bool,
+    /// Path to the client certificate revocation list file.
+    #[arg(long, env = "ETCD_CLIENT_CRL_FILE", default_value = "")]
+    client_crl_file: String,
+    /// Path to the client server TLS trusted CA cert file.
+    #[arg(long, env = "ETCD_TRUSTED_CA_FILE", default_value = "")]
+    trusted_ca_file: String,
+    /// Comma-separated list of supported TLS cipher suites between client/server and peers (empty will be auto-populated by Go).
+    #[arg(long, env = "ETCD_CIPHER_SUITES", default_value = "")]
+    cipher_suites: String,
+    /// Minimum TLS version supported by etcd. Possible values: TLS1.2, TLS1.3.
+    #[arg(long, env = "ETCD_TLS_MIN_VERSION", default_value = "TLS1.2")]
+    tls_min_version: String,
+    /// Maximum TLS version supported by etcd. Possible values: TLS1.2, TLS1.3 (empty defers to Go).
+    #[arg(long, env = "ETCD_TLS_MAX_VERSION", default_value = "")]
+    tls_max_version: String,
     /// Configures log level. Only supports debug, info, warn, error, panic, or fatal.
     #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
     log_level: String,
@@ -218,6 +242,7 @@ fn split_urls(s: &str) -> Vec<String> {
 }
 
 fn config_from(flags: Flags) -> Result<ServerConfig, String> {
+    let client_tls = client_tls(&flags);
     if flags.heartbeat_interval == 0 || flags.election_timeout == 0 {
         return Err("--heartbeat-interval and --election-timeout must be greater than 0".into());
     }
@@ -293,8 +318,30 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
         initial_corrupt_check: flags.experimental_initial_corrupt_check,
         corrupt_check_time: flags.experimental_corrupt_check_time,
         unsafe_no_fsync: flags.unsafe_no_fsync,
+        client_tls,
         ..ServerConfig::default()
     })
+}
+
+/// The client port's TLS flags (validated when a listener needs them).
+fn client_tls(flags: &Flags) -> tls::TlsInfo {
+    let path = |p: &str| (!p.is_empty()).then(|| std::path::PathBuf::from(p));
+    tls::TlsInfo {
+        cert_file: path(&flags.cert_file),
+        key_file: path(&flags.key_file),
+        trusted_ca_file: path(&flags.trusted_ca_file),
+        client_cert_auth: flags.client_cert_auth,
+        crl_file: path(&flags.client_crl_file),
+        cipher_suites: flags
+            .cipher_suites
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect(),
+        min_version: Some(flags.tls_min_version.clone()),
+        max_version: Some(flags.tls_max_version.clone()),
+    }
 }
 
 /// etcd's quota rules: 0 is the default (2 GiB), negative disables the

@@ -39,12 +39,22 @@ impl Process {
     /// on 127.0.0.1 port 0, plus `extra` flags, and waits until it logs
     /// "ready to serve client requests".
     pub fn start_oxcd(bin: &Path, data_dir: &Path, extra: &[&str]) -> Process {
-        let mut p = Process::launch_oxcd(bin, data_dir, extra);
+        Process::start_oxcd_with(bin, data_dir, "http", extra)
+    }
+
+    /// [`Process::start_oxcd`] with an `https://` client URL; `extra` gives
+    /// the certificate flags.
+    pub fn start_oxcd_secure(bin: &Path, data_dir: &Path, extra: &[&str]) -> Process {
+        Process::start_oxcd_with(bin, data_dir, "https", extra)
+    }
+
+    fn start_oxcd_with(bin: &Path, data_dir: &Path, scheme: &str, extra: &[&str]) -> Process {
+        let mut p = Process::launch_oxcd_with(bin, data_dir, scheme, extra);
         let address = p
             .wait_for_log("serving client traffic", START_DEADLINE)
             .and_then(|line| json_field(&line, "address"))
             .unwrap_or_else(|| panic!("oxcd did not start serving; log:\n{}", p.log_text()));
-        p.endpoint = format!("http://{address}");
+        p.endpoint = format!("{scheme}://{address}");
         if p.wait_for_log("ready to serve client requests", START_DEADLINE)
             .is_none()
         {
@@ -56,11 +66,17 @@ impl Process {
     /// Starts oxcd as [`Process::start_oxcd`] does, without waiting for
     /// anything: for a member expected to refuse to start or to stop.
     pub fn launch_oxcd(bin: &Path, data_dir: &Path, extra: &[&str]) -> Process {
+        Process::launch_oxcd_with(bin, data_dir, "http", extra)
+    }
+
+    /// [`Process::launch_oxcd`] with a client URL of `scheme`.
+    pub fn launch_oxcd_with(bin: &Path, data_dir: &Path, scheme: &str, extra: &[&str]) -> Process {
+        let client_url = format!("{scheme}://127.0.0.1:0");
         let mut cmd = Command::new(bin);
         cmd.arg("--data-dir")
             .arg(data_dir)
-            .args(["--listen-client-urls", "http://127.0.0.1:0"])
-            .args(["--advertise-client-urls", "http://127.0.0.1:0"])
+            .args(["--listen-client-urls", &client_url])
+            .args(["--advertise-client-urls", &client_url])
             .args(["--listen-peer-urls", "http://127.0.0.1:0"])
             .args(["--initial-advertise-peer-urls", "http://127.0.0.1:0"])
             .args(extra);
@@ -123,7 +139,9 @@ impl Process {
 
     /// `host:port` of the client endpoint, as etcdctl's --endpoints takes it.
     pub fn host_port(&self) -> &str {
-        self.endpoint.trim_start_matches("http://")
+        self.endpoint
+            .trim_start_matches("http://")
+            .trim_start_matches("https://")
     }
 
     pub fn pid(&self) -> u32 {

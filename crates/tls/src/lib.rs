@@ -129,9 +129,12 @@ impl TlsInfo {
     /// at fault.
     pub fn server_config(&self) -> Result<Arc<ServerConfig>, TlsError> {
         let (Some(cert), Some(key)) = (&self.cert_file, &self.key_file) else {
-            return Err(TlsError::Config(
-                "KeyFile and CertFile must both be present".into(),
-            ));
+            let shown = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+            return Err(TlsError::Config(format!(
+                "KeyFile and CertFile must both be present[key: {}, cert: {}]",
+                shown(&self.key_file).unwrap_or_default(),
+                shown(&self.cert_file).unwrap_or_default()
+            )));
         };
         let (provider, versions) = self.provider()?;
         let resolver = Arc::new(ReloadingCert::load(cert, key, provider.clone())?);

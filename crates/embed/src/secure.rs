@@ -1,0 +1,137 @@
+//! TLS on the client and metrics listeners: each accepted connection's
+//! handshake runs as its own task (a slow or silent client holds up no
+//! other), bounded by [`HANDSHAKE_TIMEOUT`] (etcd has none on the client
+//! port; a handshake that never finishes would hold its socket forever) and
+//! by [`MAX_HANDSHAKES`] in flight per connection thread. A refused
+//! handshake is logged as etcd logs it (`rejected connection on client
+//! endpoint`) and closes only its own connection.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, Semaphore};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tonic::transport::server::Connected;
+
+/// How long a client may take to finish its handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Handshakes in flight on one connection thread; more wait to start.
+pub const MAX_HANDSHAKES: usize = 256;
+
+/// A client connection over TLS.
+pub struct TlsConn(TlsStream<TcpStream>);
+
+/// What a request on a TLS connection knows of it (a request extension).
+#[derive(Clone, Debug)]
+pub struct TlsConnectInfo {
+    pub remote_addr: Option<SocketAddr>,
+    /// The Common Name of the client's verified certificate, if it sent one
+    /// (etcd's user name for `--client-cert-auth` when no token is sent).
+    pub common_name: Option<String>,
+}
+
+impl Connected for TlsConn {
+    type ConnectInfo = TlsConnectInfo;
+
+    fn connect_info(&self) -> TlsConnectInfo {
+        let (tcp, session) = self.0.get_ref();
+        TlsConnectInfo {
+            remote_addr: tcp.peer_addr().ok(),
+            common_name: session
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(tls::client_common_name),
+        }
+    }
+}
+
+impl AsyncRead for TlsConn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsConn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+}
+
+/// Handshakes the TCP connections of `tcp` as they come (on the current
+/// runtime), handing each finished one to the returned queue.
+pub fn handshakes(
+    mut tcp: mpsc::Receiver<TcpStream>,
+    config: Arc<rustls::ServerConfig>,
+    endpoint: &'static str,
+) -> mpsc::Receiver<TlsConn> {
+    let (ready, queue) = mpsc::channel(MAX_HANDSHAKES);
+    let acceptor = TlsAcceptor::from(config);
+    let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+    tokio::spawn(async move {
+        while let Some(stream) = tcp.recv().await {
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            let ready = ready.clone();
+            tokio::spawn(async move {
+                let remote = stream.peer_addr().ok();
+                let result = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
+                drop(slot);
+                match result {
+                    Ok(Ok(tls)) => {
+                        let _ = ready.send(TlsConn(tls)).await;
+                    }
+                    Ok(Err(error)) => rejected(endpoint, remote, &error.to_string()),
+                    Err(_) => rejected(endpoint, remote, "TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    queue
+}
+
+/// etcd's line for a refused TLS connection (config_logging.go).
+fn rejected(endpoint: &str, remote: Option<SocketAddr>, error: &str) {
+    let remote = remote.map(|a| a.to_string()).unwrap_or_default();
+    tracing::warn!(
+        "remote-addr" = %remote,
+        error = %error,
+        "rejected connection on {endpoint} endpoint"
+    );
+}

@@ -1,0 +1,347 @@
+//! TLS on the client port, against the real binary: etcdctl 3.4 and 3.5
+//! with `--cacert/--cert/--key`, curl over https, refusals (no client
+//! certificate, another CA's, a revoked one, plaintext, garbage), an
+//! `https://` URL without a certificate, and a certificate rotated by
+//! replacing its files.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use testkit::pki::{CertFiles, TestCa, Usage};
+use testkit::{oxcd_bin, Process, ETCD_35};
+
+/// A CA, the server's certificate and a client's, in `dir`.
+struct Pki {
+    ca: TestCa,
+    server: CertFiles,
+    client: CertFiles,
+}
+
+fn pki(dir: &Path) -> Pki {
+    let mut ca = TestCa::new(dir, "ca");
+    let server = ca.issue("server", "oxcd", &["localhost", "127.0.0.1"], Usage::Server);
+    let client = ca.issue("client", "root", &[], Usage::Client);
+    Pki { ca, server, client }
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// The server flags: its certificate, and client certificates required.
+fn server_flags(pki: &Pki) -> Vec<String> {
+    vec![
+        "--cert-file".into(),
+        path(&pki.server.cert).into(),
+        "--key-file".into(),
+        path(&pki.server.key).into(),
+        "--trusted-ca-file".into(),
+        path(&pki.ca.ca_file()).into(),
+        "--client-cert-auth".into(),
+    ]
+}
+
+fn start(data: &Path, flags: &[String]) -> Process {
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    Process::start_oxcd_secure(&oxcd_bin(), data, &flags)
+}
+
+/// etcdctl (`bin`) over TLS with the client certificate `cert` (None: no
+/// certificate); (success, output).
+fn etcdctl(
+    bin: &str,
+    endpoint: &str,
+    ca: &Path,
+    cert: Option<&CertFiles>,
+    args: &[&str],
+) -> (bool, String) {
+    let mut cmd = Command::new(bin);
+    cmd.env("ETCDCTL_API", "3")
+        .args([
+            "--endpoints",
+            endpoint,
+            "--dial-timeout",
+            "3s",
+            "--command-timeout",
+            "4s",
+        ])
+        .args(["--cacert", path(ca)]);
+    if let Some(cert) = cert {
+        cmd.args(["--cert", path(&cert.cert), "--key", path(&cert.key)]);
+    }
+    let out = cmd.args(args).output().expect("etcdctl runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+fn curl(url: &str, pki: &Pki, cert: bool) -> (bool, String) {
+    let mut cmd = Command::new("curl");
+    cmd.args([
+        "-sS",
+        "--max-time",
+        "10",
+        "--cacert",
+        path(&pki.ca.ca_file()),
+    ]);
+    if cert {
+        cmd.args([
+            "--cert",
+            path(&pki.client.cert),
+            "--key",
+            path(&pki.client.key),
+        ]);
+    }
+    let out = cmd.arg(url).output().expect("curl runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+#[test]
+fn etcdctl_34_and_35_and_curl_work_over_tls_with_a_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki(dir.path());
+    let member = start(&dir.path().join("data"), &server_flags(&pki));
+    assert!(
+        member.endpoint.starts_with("https://"),
+        "{}",
+        member.endpoint
+    );
+    let ca = pki.ca.ca_file();
+    let endpoint = member.host_port().to_string();
+
+    let (ok, out) = etcdctl(
+        "etcdctl",
+        &endpoint,
+        &ca,
+        Some(&pki.client),
+        &["put", "k", "over tls"],
+    );
+    assert!(ok, "etcdctl 3.4 put: {out}");
+    let (ok, out) = etcdctl(
+        "etcdctl",
+        &endpoint,
+        &ca,
+        Some(&pki.client),
+        &["get", "k", "--print-value-only"],
+    );
+    assert!(ok && out.contains("over tls"), "etcdctl 3.4 get: {out}");
+    if Path::new(ETCD_35.1).exists() {
+        let (ok, out) = etcdctl(
+            ETCD_35.1,
+            &endpoint,
+            &ca,
+            Some(&pki.client),
+            &["get", "k", "--print-value-only"],
+        );
+        assert!(ok && out.contains("over tls"), "etcdctl 3.5 get: {out}");
+        let (ok, out) = etcdctl(
+            ETCD_35.1,
+            &endpoint,
+            &ca,
+            Some(&pki.client),
+            &["endpoint", "status", "-w", "table"],
+        );
+        assert!(
+            ok && out.contains(&endpoint),
+            "etcdctl 3.5 endpoint status: {out}"
+        );
+    }
+
+    let (ok, out) = curl(&format!("{}/health", member.endpoint), &pki, true);
+    assert!(
+        ok && out.contains("\"health\":\"true\""),
+        "curl /health: {out}"
+    );
+    let (ok, out) = curl(&format!("{}/metrics", member.endpoint), &pki, true);
+    assert!(
+        ok && out.contains("etcd_server_has_leader 1"),
+        "curl /metrics: {out}"
+    );
+    let (ok, out) = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert", path(&ca)])
+        .args([
+            "--cert",
+            path(&pki.client.cert),
+            "--key",
+            path(&pki.client.key),
+        ])
+        .args(["-X", "POST", "-d", r#"{"key":"aw=="}"#])
+        .arg(format!("{}/v3/kv/range", member.endpoint))
+        .output()
+        .map(|o| {
+            (
+                o.status.success(),
+                String::from_utf8_lossy(&o.stdout).into_owned(),
+            )
+        })
+        .unwrap();
+    assert!(ok && out.contains("\"kvs\""), "gateway over https: {out}");
+}
+
+#[test]
+fn clients_without_a_good_certificate_are_refused_and_logged_and_others_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut pki = pki(dir.path());
+    let revoked = pki.ca.issue("revoked", "bob", &[], Usage::Client);
+    let crl = pki.ca.revoke("crl", &[revoked.serial]);
+    let other_dir = tempfile::tempdir().unwrap();
+    let mut other_ca = TestCa::new(other_dir.path(), "other");
+    let stranger = other_ca.issue("stranger", "mallory", &[], Usage::Client);
+    let mut flags = server_flags(&pki);
+    flags.extend(["--client-crl-file".to_string(), path(&crl).to_string()]);
+    let member = start(&dir.path().join("data"), &flags);
+    let ca = pki.ca.ca_file();
+    let endpoint = member.host_port().to_string();
+
+    // a client that connects and never speaks holds up nobody
+    let silent = TcpStream::connect(&endpoint).unwrap();
+    // garbage and plaintext HTTP on the TLS port
+    let mut garbage = TcpStream::connect(&endpoint).unwrap();
+    garbage
+        .write_all(&[0x16, 0x03, 0x01, 0xff, 0xff, 1, 2, 3, 4])
+        .unwrap();
+    let (ok, out) = Command::new("curl")
+        .args(["-sS", "--max-time", "5"])
+        .arg(format!("http://{endpoint}/health"))
+        .output()
+        .map(|o| {
+            (
+                o.status.success(),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        })
+        .unwrap();
+    assert!(!ok, "plaintext HTTP on a TLS port: {out}");
+
+    for (who, cert) in [
+        ("no certificate", None),
+        ("another CA's", Some(&stranger)),
+        ("a revoked one", Some(&revoked)),
+    ] {
+        let (ok, out) = etcdctl("etcdctl", &endpoint, &ca, cert, &["get", "k"]);
+        assert!(!ok, "{who} was let in: {out}");
+    }
+    let (ok, out) = etcdctl(
+        "etcdctl",
+        &endpoint,
+        &ca,
+        Some(&pki.client),
+        &["put", "k", "v"],
+    );
+    assert!(ok, "a good client after the refusals: {out}");
+    assert!(
+        member
+            .wait_for_log(
+                "rejected connection on client endpoint",
+                Duration::from_secs(10)
+            )
+            .is_some(),
+        "refusals are logged as etcd logs them"
+    );
+    // the garbage connection was answered (an alert at most) and closed
+    garbage
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let closed = match garbage.read_to_end(&mut rest) {
+        Ok(_) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    };
+    assert!(
+        closed,
+        "a connection sending garbage is closed ({} bytes)",
+        rest.len()
+    );
+    drop(silent);
+}
+
+#[test]
+fn an_https_url_without_a_certificate_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut member = Process::launch_oxcd_with(&oxcd_bin(), &dir.path().join("data"), "https", &[]);
+    let status = member.wait_exit(Duration::from_secs(30)).expect("exits");
+    assert!(!status.success());
+    let log = member.log_text();
+    assert!(
+        log.contains("TLS key/cert (--cert-file, --key-file) must be provided for client url https://127.0.0.1:0 with HTTPS scheme"),
+        "{log}"
+    );
+
+    let pki = pki(dir.path());
+    let mut member = Process::launch_oxcd_with(
+        &oxcd_bin(),
+        &dir.path().join("data2"),
+        "https",
+        &[
+            "--cert-file",
+            path(&pki.server.cert),
+            "--key-file",
+            path(&pki.server.key),
+            "--cipher-suites",
+            "TLS_BOGUS",
+        ],
+    );
+    let status = member.wait_exit(Duration::from_secs(30)).expect("exits");
+    assert!(!status.success());
+    let log = member.log_text();
+    assert!(
+        log.contains(r#"unexpected TLS cipher suite \"TLS_BOGUS\""#)
+            || log.contains(r#"unexpected TLS cipher suite "TLS_BOGUS""#),
+        "{log}"
+    );
+}
+
+#[test]
+fn replacing_the_certificate_files_rotates_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut pki = pki(dir.path());
+    let member = start(&dir.path().join("data"), &server_flags(&pki));
+    let ca = pki.ca.ca_file();
+    let endpoint = member.host_port().to_string();
+    let served_serial = || {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "openssl s_client -connect {endpoint} -CAfile {} -cert {} -key {} </dev/null 2>/dev/null | openssl x509 -noout -serial",
+                path(&ca),
+                path(&pki.client.cert),
+                path(&pki.client.key)
+            ))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(served_serial(), format!("serial={:02X}", pki.server.serial));
+
+    let next = pki
+        .ca
+        .issue("next", "oxcd", &["localhost", "127.0.0.1"], Usage::Server);
+    // key first, then the certificate: a handshake in between sees a pair
+    // that does not match and keeps the old one
+    std::fs::copy(&next.key, &pki.server.key).unwrap();
+    std::fs::copy(&next.cert, &pki.server.cert).unwrap();
+    assert_eq!(served_serial(), format!("serial={:02X}", next.serial));
+    let (ok, out) = etcdctl(
+        "etcdctl",
+        &endpoint,
+        &ca,
+        Some(&pki.client),
+        &["put", "k", "rotated"],
+    );
+    assert!(ok, "{out}");
+
+    std::fs::write(&pki.server.cert, "not a certificate").unwrap();
+    assert_eq!(
+        served_serial(),
+        format!("serial={:02X}", next.serial),
+        "the last good one is kept"
+    );
+    assert!(member
+        .wait_for_log("failed to reload the certificate", Duration::from_secs(10))
+        .is_some());
+}

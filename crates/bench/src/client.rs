@@ -21,31 +21,45 @@ pub struct Settings {
     pub precision: Precision,
     pub json: bool,
     pub dial_timeout: Option<Duration>,
+    /// `--cacert`, `--cert`, `--key`: TLS to every endpoint.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
-fn endpoint_url(endpoint: &str) -> String {
+fn endpoint_url(endpoint: &str, tls: bool) -> String {
     let endpoint = endpoint.trim();
     if endpoint.contains("://") {
         endpoint.to_string()
+    } else if tls {
+        format!("https://{endpoint}")
     } else {
         format!("http://{endpoint}")
     }
 }
 
-/// One gRPC connection to `endpoint`, dialled now so that a wrong address
-/// fails before the benchmark starts (as etcd's "dial error").
-pub async fn dial(endpoint: &str, timeout: Option<Duration>) -> Result<Channel, String> {
-    let url = endpoint_url(endpoint);
+/// One gRPC connection to `endpoint` (over TLS with `tls`), dialled now so
+/// that a wrong address fails before the benchmark starts (as etcd's "dial
+/// error").
+pub async fn dial(
+    endpoint: &str,
+    timeout: Option<Duration>,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> Result<Channel, String> {
+    let url = endpoint_url(endpoint, tls.is_some());
     let mut builder = Endpoint::from_shared(url.clone())
         .map_err(|e| format!("bad endpoint {endpoint:?}: {e}"))?
         .tcp_nodelay(true);
     if let Some(timeout) = timeout {
         builder = builder.connect_timeout(timeout);
     }
-    builder
-        .connect()
-        .await
-        .map_err(|e| format!("dial error: {url}: {e}"))
+    let connected = match tls {
+        Some(config) => {
+            builder
+                .connect_with_connector(tls::TlsDialer::new(config.clone()))
+                .await
+        }
+        None => builder.connect().await,
+    };
+    connected.map_err(|e| format!("dial error: {url}: {e}"))
 }
 
 impl Settings {
@@ -57,7 +71,7 @@ impl Settings {
         let mut channels = Vec::with_capacity(conns);
         for i in 0..conns {
             let endpoint = &self.endpoints[i % self.endpoints.len()];
-            channels.push(dial(endpoint, self.dial_timeout).await?);
+            channels.push(dial(endpoint, self.dial_timeout, self.tls.as_ref()).await?);
         }
         Ok((0..self.clients.max(1))
             .map(|i| channels[i % conns].clone())
@@ -66,7 +80,7 @@ impl Settings {
 
     /// One more connection of its own (etcd's `mustCreateConn`).
     pub async fn connection(&self) -> Result<Channel, String> {
-        dial(&self.endpoints[0], self.dial_timeout).await
+        dial(&self.endpoints[0], self.dial_timeout, self.tls.as_ref()).await
     }
 
     pub fn output(&self) -> Output {

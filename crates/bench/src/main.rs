@@ -47,6 +47,15 @@ struct Cli {
     /// dial timeout for client connections (e.g. 2s, 500ms; 0 waits as long as the OS does)
     #[arg(long, global = true, default_value = "0", value_parser = parse_duration)]
     dial_timeout: Duration,
+    /// verify certificates of TLS-enabled secure servers using this CA bundle
+    #[arg(long = "cacert", id = "tls_cacert", global = true, default_value = "")]
+    cacert: String,
+    /// identify secure client using this TLS certificate file
+    #[arg(long = "cert", id = "tls_cert", global = true, default_value = "")]
+    cert: String,
+    /// identify secure client using this TLS key file
+    #[arg(long = "key", id = "tls_key", global = true, default_value = "")]
+    key: String,
     /// Runtime worker threads for the client (0: one per CPU)
     #[arg(long, global = true, default_value_t = 0)]
     client_threads: usize,
@@ -223,6 +232,28 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(number * scale))
 }
 
+/// TLS to the endpoints when any of `--cacert`, `--cert`, `--key` is given
+/// (etcdctl's flags; without `--cacert`, the system's roots).
+fn client_tls(
+    cacert: &str,
+    cert: &str,
+    key: &str,
+) -> Result<Option<std::sync::Arc<rustls::ClientConfig>>, String> {
+    if cacert.is_empty() && cert.is_empty() && key.is_empty() {
+        return Ok(None);
+    }
+    let path = |p: &str| (!p.is_empty()).then(|| std::path::PathBuf::from(p));
+    tls::TlsInfo {
+        trusted_ca_file: path(cacert),
+        cert_file: path(cert),
+        key_file: path(key),
+        ..Default::default()
+    }
+    .client_config()
+    .map(Some)
+    .map_err(|e| e.to_string())
+}
+
 async fn run(cli: Cli) -> Result<(), String> {
     let settings = Settings {
         endpoints: cli.endpoints,
@@ -235,6 +266,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         },
         json: cli.json,
         dial_timeout: (!cli.dial_timeout.is_zero()).then_some(cli.dial_timeout),
+        tls: client_tls(&cli.cacert, &cli.cert, &cli.key)?,
     };
     if settings.endpoints.is_empty() {
         return Err("no --endpoints given".into());

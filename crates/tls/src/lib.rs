@@ -17,9 +17,14 @@
 //!   refuses a certificate whose serial (or any in its chain) the CRL file
 //!   lists, re-reading that file per connection as etcd does.
 //!
+//! [`TlsInfo::client_config`] and [`TlsDialer`] are the client side, for
+//! tools and tonic channels that dial `https://` endpoints.
+//!
 //! Owns: parsing PEM files, building rustls configurations, the TLS names of
-//! etcd's flags. Never: sockets (the listeners own them), the member.
+//! etcd's flags, dialing a TLS connection. Never: listeners (embed and the
+//! transport own them), the member.
 
+mod dial;
 mod reload;
 mod verify;
 mod versions;
@@ -34,6 +39,7 @@ use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+pub use dial::TlsDialer;
 pub use reload::ReloadingCert;
 pub use verify::{client_common_name, CrlClientVerifier};
 pub use versions::{cipher_suite, parse_version, TlsVersion};

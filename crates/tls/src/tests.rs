@@ -259,3 +259,52 @@ fn a_key_that_does_not_go_with_its_certificate_refuses_to_start() {
     .to_string();
     assert!(error.contains("does not go with"), "{error}");
 }
+
+#[tokio::test]
+async fn the_dialer_verifies_the_server_for_the_uris_host_and_presents_the_client_certificate() {
+    use tower_service::Service;
+    let mut pki = pki();
+    let alice = pki.ca.issue("alice", "alice", &[], Usage::Client);
+    let server = TlsInfo {
+        trusted_ca_file: Some(pki.ca.ca_file()),
+        ..info(&pki)
+    }
+    .server_config()
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let acceptor = tokio_rustls::TlsAcceptor::from(server);
+    let served = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let tls = acceptor.accept(tcp).await.map_err(|e| e.to_string())?;
+        let (_, session) = tls.get_ref();
+        let cn = session
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .and_then(client_common_name);
+        Ok::<_, String>(cn)
+    });
+    let client = TlsInfo {
+        trusted_ca_file: Some(pki.ca.ca_file()),
+        cert_file: Some(alice.cert.clone()),
+        key_file: Some(alice.key.clone()),
+        ..Default::default()
+    }
+    .client_config()
+    .unwrap();
+    let mut dialer = TlsDialer::new(client);
+    let uri: http::Uri = format!("https://127.0.0.1:{port}").parse().unwrap();
+    let connection = dialer.call(uri).await.unwrap();
+    let (_, session) = connection.inner().get_ref();
+    assert_eq!(session.alpn_protocol(), Some(&b"h2"[..]));
+    assert_eq!(served.await.unwrap().unwrap().as_deref(), Some("alice"));
+
+    let half = TlsInfo {
+        cert_file: Some(alice.cert.clone()),
+        ..Default::default()
+    };
+    assert_eq!(
+        half.client_config().err().unwrap().to_string(),
+        "ClientKeyFile and ClientCertFile must both be present or both absent"
+    );
+}

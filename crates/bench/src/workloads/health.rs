@@ -16,8 +16,8 @@ const PROBE_INTERVAL: Duration = Duration::from_millis(20);
 /// Bound on one probe's RPCs, so that a hung member cannot stall the loop.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-async fn probe(endpoint: &str) -> Result<(), String> {
-    let channel = dial(endpoint, Some(PROBE_TIMEOUT)).await?;
+async fn probe(settings: &Settings, endpoint: &str) -> Result<(), String> {
+    let channel = dial(endpoint, Some(PROBE_TIMEOUT), settings.tls.as_ref()).await?;
     let status = MaintenanceClient::new(channel.clone())
         .status(StatusRequest {})
         .await
@@ -42,7 +42,7 @@ pub async fn run(settings: &Settings, timeout: Duration) -> Result<(), String> {
     let start = Instant::now();
     let mut last_error = String::from("not probed");
     while start.elapsed() < timeout {
-        match tokio::time::timeout(PROBE_TIMEOUT, probe(&endpoint)).await {
+        match tokio::time::timeout(PROBE_TIMEOUT, probe(settings, &endpoint)).await {
             Ok(Ok(())) => {
                 let secs = start.elapsed().as_secs_f64();
                 if settings.json {

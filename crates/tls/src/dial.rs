@@ -1,0 +1,102 @@
+//! Dialing over TLS: the client side of [`TlsInfo`] and a connector that
+//! tonic channels use to reach an `https://` endpoint.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, RootCertStore};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use crate::{file_error, read_certs, read_key, TlsError, TlsInfo, SYSTEM_ROOTS};
+
+impl TlsInfo {
+    /// The configuration of an outgoing connection (etcdctl's `--cacert`,
+    /// `--cert`, `--key`): the server must chain to the trusted CA file (or
+    /// the system's roots), and the certificate, if any, is presented.
+    /// Offers ALPN `h2`.
+    pub fn client_config(&self) -> Result<Arc<ClientConfig>, TlsError> {
+        let (provider, versions) = self.provider()?;
+        let versions: Vec<_> = versions.iter().map(|v| v.rustls()).collect();
+        let ca = self
+            .trusted_ca_file
+            .clone()
+            .unwrap_or_else(|| SYSTEM_ROOTS.into());
+        let mut roots = RootCertStore::empty();
+        for cert in read_certs(&ca)? {
+            roots
+                .add(cert)
+                .map_err(|e| file_error(&ca, format!("not a CA certificate: {e}")))?;
+        }
+        let builder = ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&versions)
+            .map_err(|e| TlsError::Config(e.to_string()))?
+            .with_root_certificates(roots);
+        let mut config = match (&self.cert_file, &self.key_file) {
+            (Some(cert), Some(key)) => builder
+                .with_client_auth_cert(read_certs(cert)?, read_key(key)?)
+                .map_err(|e| file_error(key, e))?,
+            (None, None) => builder.with_no_client_auth(),
+            _ => {
+                return Err(TlsError::Config(
+                    "ClientKeyFile and ClientCertFile must both be present or both absent".into(),
+                ))
+            }
+        };
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(Arc::new(config))
+    }
+}
+
+/// Connects tonic channels over TLS: TCP to the URI's host and port (with
+/// TCP_NODELAY), then the handshake, verifying the server's certificate
+/// for that host (a DNS name or an IP address).
+#[derive(Clone)]
+pub struct TlsDialer {
+    config: Arc<ClientConfig>,
+}
+
+impl TlsDialer {
+    pub fn new(config: Arc<ClientConfig>) -> TlsDialer {
+        TlsDialer { config }
+    }
+}
+
+type Dialing = Pin<Box<dyn Future<Output = std::io::Result<TokioIo<TlsStream<TcpStream>>>> + Send>>;
+
+impl tower_service::Service<http::Uri> for TlsDialer {
+    type Response = TokioIo<TlsStream<TcpStream>>;
+    type Error = std::io::Error;
+    type Future = Dialing;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let config = self.config.clone();
+        Box::pin(async move {
+            let invalid = |what: &str| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{what}: {uri}"))
+            };
+            let host = uri
+                .host()
+                .ok_or_else(|| invalid("no host"))?
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string();
+            let port = uri.port_u16().unwrap_or(443);
+            let name = ServerName::try_from(host.clone()).map_err(|_| invalid("bad host"))?;
+            let tcp = TcpStream::connect((host.as_str(), port)).await?;
+            tcp.set_nodelay(true)?;
+            let tls = tokio_rustls::TlsConnector::from(config)
+                .connect(name, tcp)
+                .await?;
+            Ok(TokioIo::new(tls))
+        })
+    }
+}

@@ -234,7 +234,22 @@ fn client_tls(cfg: &ServerConfig) -> Result<Option<Arc<rustls::ServerConfig>>, S
         }
         return Ok(None);
     }
-    if !cfg.client_tls.has_cert() {
+    let mut info = cfg.client_tls.clone();
+    if cfg.auto_tls && info.has_cert() {
+        tracing::warn!("ignoring client auto TLS since certs given");
+    } else if cfg.auto_tls {
+        let hosts: Vec<String> = cfg
+            .listen_client_urls
+            .iter()
+            .filter_map(|u| url_host(u))
+            .collect();
+        let dir = cfg.data_dir.join("fixtures").join("client");
+        let generated = tls::self_signed(&dir, &hosts, cfg.self_signed_cert_validity)
+            .map_err(|e| StartError::Config(format!("client auto TLS: {e}")))?;
+        info.cert_file = generated.cert_file;
+        info.key_file = generated.key_file;
+    }
+    if !info.has_cert() {
         return Err(StartError::Config(match https_client {
             Some(url) => format!(
                 "TLS key/cert (--cert-file, --key-file) must be provided for client url {url} with HTTPS scheme"
@@ -242,11 +257,22 @@ fn client_tls(cfg: &ServerConfig) -> Result<Option<Arc<rustls::ServerConfig>>, S
             None => "client TLS key/cert (--cert-file, --key-file) must be provided for metrics secure url".into(),
         }));
     }
-    let config = cfg
-        .client_tls
+    let config = info
         .server_config()
         .map_err(|e| StartError::Config(format!("client TLS: {e}")))?;
     Ok(Some(config))
+}
+
+/// The host of a URL (`https://host:port/...`), brackets of an IPv6
+/// address removed.
+fn url_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split('/').next()?;
+    let host = authority
+        .rsplit_once(':')
+        .map_or(authority, |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    (!host.is_empty()).then(|| host.to_string())
 }
 
 /// The backend and the state rebuilt from it.

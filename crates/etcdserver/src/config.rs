@@ -62,6 +62,12 @@ pub struct ServerConfig {
     /// `--cipher-suites`, `--tls-min-version`, `--tls-max-version`), used by
     /// `https://` client and metrics URLs.
     pub client_tls: tls::TlsInfo,
+    /// `--auto-tls`: without `--cert-file`/`--key-file`, a self-signed
+    /// certificate made at start under `<data-dir>/fixtures/client`.
+    pub auto_tls: bool,
+    /// `--self-signed-cert-validity`: years an auto-TLS certificate is
+    /// valid for.
+    pub self_signed_cert_validity: u32,
 }
 
 impl ServerConfig {
@@ -110,6 +116,8 @@ impl Default for ServerConfig {
             corrupt_check_time: Duration::ZERO,
             unsafe_no_fsync: false,
             client_tls: tls::TlsInfo::default(),
+            auto_tls: false,
+            self_signed_cert_validity: 1,
         }
     }
 }

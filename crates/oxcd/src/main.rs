@@ -160,6 +160,12 @@ struct Flags {
     /// Path to the client server TLS trusted CA cert file.
     #[arg(long, env = "ETCD_TRUSTED_CA_FILE", default_value = "")]
     trusted_ca_file: String,
+    /// Client TLS using generated certificates.
+    #[arg(long, env = "ETCD_AUTO_TLS", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    auto_tls: bool,
+    /// The validity period of the client and peer certificates, unit is year.
+    #[arg(long, env = "ETCD_SELF_SIGNED_CERT_VALIDITY", default_value_t = 1)]
+    self_signed_cert_validity: u32,
     /// Comma-separated list of supported TLS cipher suites between client/server and peers (empty will be auto-populated by Go).
     #[arg(long, env = "ETCD_CIPHER_SUITES", default_value = "")]
     cipher_suites: String,
@@ -319,6 +325,8 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
         corrupt_check_time: flags.experimental_corrupt_check_time,
         unsafe_no_fsync: flags.unsafe_no_fsync,
         client_tls,
+        auto_tls: flags.auto_tls,
+        self_signed_cert_validity: flags.self_signed_cert_validity,
         ..ServerConfig::default()
     })
 }

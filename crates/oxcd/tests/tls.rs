@@ -345,3 +345,81 @@ fn replacing_the_certificate_files_rotates_without_a_restart() {
         .wait_for_log("failed to reload the certificate", Duration::from_secs(10))
         .is_some());
 }
+
+#[test]
+fn auto_tls_makes_a_self_signed_certificate_once_and_reuses_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut member = Process::start_oxcd_secure(&oxcd_bin(), &data, &["--auto-tls"]);
+    assert!(member
+        .wait_for_log(
+            "automatically generate certificates",
+            Duration::from_secs(5)
+        )
+        .is_some());
+    let fixtures = data.join("fixtures").join("client");
+    let cert = std::fs::read(fixtures.join("cert.pem")).unwrap();
+    let mode = std::fs::metadata(fixtures.join("key.pem"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "the key is private");
+    let text = Command::new("openssl")
+        .args([
+            "x509",
+            "-noout",
+            "-subject",
+            "-ext",
+            "subjectAltName,extendedKeyUsage",
+            "-in",
+        ])
+        .arg(fixtures.join("cert.pem"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("O = etcd") || text.contains("O=etcd"),
+        "{text}"
+    );
+    assert!(text.contains("IP Address:127.0.0.1"), "{text}");
+    assert!(text.contains("TLS Web Server Authentication"), "{text}");
+
+    // a client that skips verification (as etcd's own auto-TLS clients do)
+    let out = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args([
+            "--endpoints",
+            member.host_port(),
+            "--insecure-transport=false",
+        ])
+        .args([
+            "--insecure-skip-tls-verify",
+            "--command-timeout",
+            "5s",
+            "put",
+            "k",
+            "v",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    member.terminate(Duration::from_secs(10));
+    let again = Process::start_oxcd_secure(&oxcd_bin(), &data, &["--auto-tls"]);
+    assert_eq!(
+        std::fs::read(fixtures.join("cert.pem")).unwrap(),
+        cert,
+        "reused on restart"
+    );
+    assert!(again
+        .wait_for_log(
+            "automatically generate certificates",
+            Duration::from_millis(200)
+        )
+        .is_none());
+}

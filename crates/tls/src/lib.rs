@@ -26,6 +26,7 @@
 
 mod dial;
 mod reload;
+mod selfcert;
 mod verify;
 mod versions;
 
@@ -41,6 +42,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 pub use dial::TlsDialer;
 pub use reload::ReloadingCert;
+pub use selfcert::self_signed;
 pub use verify::{client_common_name, CrlClientVerifier};
 pub use versions::{cipher_suite, parse_version, TlsVersion};
 

@@ -84,6 +84,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     let client_addrs = parse_urls(&cfg.listen_client_urls)?;
     let metrics_addrs = parse_urls(&cfg.listen_metrics_urls)?;
     let client_tls = client_tls(&cfg)?;
+    let peer_tls = peer_tls(&cfg)?;
     let metrics = Arc::new(Metrics::new(identity.member.id, cfg.metrics_extensive));
     check_volume(&cfg)?;
     prepare_data_dir(&cfg)?;
@@ -102,6 +103,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         &peer_urls(&members, identity.member.id),
         &tokio::runtime::Handle::current(),
         metrics.network.clone(),
+        peer_tls.clone(),
     );
     let (raft, committed) = start_raft(
         &cfg,
@@ -127,6 +129,9 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
             me.clone(),
         )
     });
+    if let Some(tls) = &peer_tls {
+        server.set_peer_client_tls(tls.client.clone());
+    }
     let source = server.snapshot_source(cfg.member_dir().join("snap"));
     peer_transport.attach_snapshots(server.raft.clone(), Arc::new(source));
     let (shutdown, shutdown_rx) = watch::channel(false);
@@ -169,11 +174,6 @@ async fn serve_peer_urls(
     shutdown: &watch::Receiver<bool>,
 ) -> Result<(), StartError> {
     for url in &member.server.cfg.listen_peer_urls {
-        if is_tls_url(url) {
-            return Err(StartError::Config(format!(
-                "peer TLS (--peer-cert-file, --peer-key-file) is not supported yet: {url}"
-            )));
-        }
         let (listener, local) = bind(url, parse_url(url)?).await?;
         let serve = serve_peers(
             member.server.clone(),
@@ -261,6 +261,50 @@ fn client_tls(cfg: &ServerConfig) -> Result<Option<Arc<rustls::ServerConfig>>, S
         .server_config()
         .map_err(|e| StartError::Config(format!("client TLS: {e}")))?;
     Ok(Some(config))
+}
+
+/// The peer side's TLS when a peer URL is `https://`, checked as etcd
+/// checks it; `--peer-auto-tls` makes a self-signed certificate and then
+/// verifies no peer's.
+fn peer_tls(cfg: &ServerConfig) -> Result<Option<consensus::transport::PeerTls>, StartError> {
+    let urls = cfg
+        .listen_peer_urls
+        .iter()
+        .chain(&cfg.initial_advertise_peer_urls);
+    let Some(https) = urls.clone().find(|u| is_tls_url(u)) else {
+        return Ok(None);
+    };
+    let mut info = cfg.peer_tls.clone();
+    let auto = cfg.peer_auto_tls && !info.has_cert();
+    if cfg.peer_auto_tls && !auto {
+        tracing::warn!("ignoring peer auto TLS since certs given");
+    }
+    if auto {
+        let hosts: Vec<String> = cfg
+            .listen_peer_urls
+            .iter()
+            .filter_map(|u| url_host(u))
+            .collect();
+        let dir = cfg.data_dir.join("fixtures").join("peer");
+        let generated = tls::self_signed(&dir, &hosts, cfg.self_signed_cert_validity)
+            .map_err(|e| StartError::Config(format!("peer auto TLS: {e}")))?;
+        info.cert_file = generated.cert_file;
+        info.key_file = generated.key_file;
+    }
+    if !info.has_cert() {
+        return Err(StartError::Config(format!(
+            "cannot listen on TLS for {https}: KeyFile and CertFile are not presented"
+        )));
+    }
+    let error = |e: tls::TlsError| StartError::Config(format!("peer TLS: {e}"));
+    let server = info.server_config().map_err(error)?;
+    let client = if auto {
+        info.insecure_client_config()
+    } else {
+        info.client_config()
+    }
+    .map_err(error)?;
+    Ok(Some(consensus::transport::PeerTls { server, client }))
 }
 
 /// The host of a URL (`https://host:port/...`), brackets of an IPv6

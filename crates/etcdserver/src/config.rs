@@ -65,6 +65,14 @@ pub struct ServerConfig {
     /// `--auto-tls`: without `--cert-file`/`--key-file`, a self-signed
     /// certificate made at start under `<data-dir>/fixtures/client`.
     pub auto_tls: bool,
+    /// The peer port's TLS (`--peer-cert-file`, `--peer-key-file`,
+    /// `--peer-trusted-ca-file`, `--peer-client-cert-auth`,
+    /// `--peer-crl-file`), used by `https://` peer URLs, both listening and
+    /// dialing.
+    pub peer_tls: tls::TlsInfo,
+    /// `--peer-auto-tls`: a self-signed peer certificate under
+    /// `<data-dir>/fixtures/peer`; peers' certificates are then not verified.
+    pub peer_auto_tls: bool,
     /// `--self-signed-cert-validity`: years an auto-TLS certificate is
     /// valid for.
     pub self_signed_cert_validity: u32,
@@ -117,6 +125,8 @@ impl Default for ServerConfig {
             unsafe_no_fsync: false,
             client_tls: tls::TlsInfo::default(),
             auto_tls: false,
+            peer_tls: tls::TlsInfo::default(),
+            peer_auto_tls: false,
             self_signed_cert_validity: 1,
         }
     }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::membership::ClusterMembers;
 
@@ -17,6 +17,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 #[derive(Default)]
 pub(crate) struct PeerChannels {
     channels: Mutex<HashMap<u64, (String, Channel)>>,
+    /// TLS to `https://` peer URLs (the member's peer client side).
+    pub(crate) tls: std::sync::OnceLock<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl PeerChannels {
@@ -29,11 +31,8 @@ impl PeerChannels {
                 return Some(channel.clone());
             }
         }
-        let channel = Endpoint::from_shared(url.clone())
-            .ok()?
-            .tcp_nodelay(true)
-            .connect_timeout(CONNECT_TIMEOUT)
-            .connect_lazy();
+        let tls = self.tls.get().filter(|_| url.starts_with("https://"));
+        let channel = consensus::transport::lazy_channel(&url, CONNECT_TIMEOUT, tls).ok()?;
         channels.insert(member, (url, channel.clone()));
         Some(channel)
     }

@@ -116,6 +116,12 @@ impl EtcdServer {
     }
 
     /// A response header for this member at the store's current revision.
+    /// TLS for this member's own gRPC calls to `https://` peer URLs (lease
+    /// forwarding, hashes); set once at start.
+    pub fn set_peer_client_tls(&self, config: std::sync::Arc<rustls::ClientConfig>) {
+        let _ = self.peer_channels.tls.set(config);
+    }
+
     pub fn header(&self, revision: i64) -> ResponseHeader {
         ResponseHeader {
             cluster_id: self.cluster_id,

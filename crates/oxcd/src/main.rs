@@ -160,6 +160,24 @@ struct Flags {
     /// Path to the client server TLS trusted CA cert file.
     #[arg(long, env = "ETCD_TRUSTED_CA_FILE", default_value = "")]
     trusted_ca_file: String,
+    /// Path to the peer server TLS cert file.
+    #[arg(long, env = "ETCD_PEER_CERT_FILE", default_value = "")]
+    peer_cert_file: String,
+    /// Path to the peer server TLS key file.
+    #[arg(long, env = "ETCD_PEER_KEY_FILE", default_value = "")]
+    peer_key_file: String,
+    /// Enable peer client cert authentication.
+    #[arg(long, env = "ETCD_PEER_CLIENT_CERT_AUTH", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    peer_client_cert_auth: bool,
+    /// Path to the peer server TLS trusted CA file.
+    #[arg(long, env = "ETCD_PEER_TRUSTED_CA_FILE", default_value = "")]
+    peer_trusted_ca_file: String,
+    /// Path to the peer certificate revocation list file.
+    #[arg(long, env = "ETCD_PEER_CRL_FILE", default_value = "")]
+    peer_crl_file: String,
+    /// Peer TLS using generated certificates.
+    #[arg(long, env = "ETCD_PEER_AUTO_TLS", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    peer_auto_tls: bool,
     /// Client TLS using generated certificates.
     #[arg(long, env = "ETCD_AUTO_TLS", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     auto_tls: bool,
@@ -249,6 +267,16 @@ fn split_urls(s: &str) -> Vec<String> {
 
 fn config_from(flags: Flags) -> Result<ServerConfig, String> {
     let client_tls = client_tls(&flags);
+    let peer_tls = tls_info(
+        [
+            &flags.peer_cert_file,
+            &flags.peer_key_file,
+            &flags.peer_trusted_ca_file,
+            &flags.peer_crl_file,
+        ],
+        flags.peer_client_cert_auth,
+        &flags,
+    );
     if flags.heartbeat_interval == 0 || flags.election_timeout == 0 {
         return Err("--heartbeat-interval and --election-timeout must be greater than 0".into());
     }
@@ -326,6 +354,8 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
         unsafe_no_fsync: flags.unsafe_no_fsync,
         client_tls,
         auto_tls: flags.auto_tls,
+        peer_tls,
+        peer_auto_tls: flags.peer_auto_tls,
         self_signed_cert_validity: flags.self_signed_cert_validity,
         ..ServerConfig::default()
     })
@@ -333,13 +363,29 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
 
 /// The client port's TLS flags (validated when a listener needs them).
 fn client_tls(flags: &Flags) -> tls::TlsInfo {
+    tls_info(
+        [
+            &flags.cert_file,
+            &flags.key_file,
+            &flags.trusted_ca_file,
+            &flags.client_crl_file,
+        ],
+        flags.client_cert_auth,
+        flags,
+    )
+}
+
+/// One side's TLS flags: [cert, key, trusted CA, CRL] files, client
+/// certificate auth, and the cipher suites and versions both sides share.
+fn tls_info(files: [&String; 4], client_cert_auth: bool, flags: &Flags) -> tls::TlsInfo {
     let path = |p: &str| (!p.is_empty()).then(|| std::path::PathBuf::from(p));
+    let [cert, key, ca, crl] = files;
     tls::TlsInfo {
-        cert_file: path(&flags.cert_file),
-        key_file: path(&flags.key_file),
-        trusted_ca_file: path(&flags.trusted_ca_file),
-        client_cert_auth: flags.client_cert_auth,
-        crl_file: path(&flags.client_crl_file),
+        cert_file: path(cert),
+        key_file: path(key),
+        trusted_ca_file: path(ca),
+        client_cert_auth,
+        crl_file: path(crl),
         cipher_suites: flags
             .cipher_suites
             .split(',')

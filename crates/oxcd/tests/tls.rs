@@ -423,3 +423,156 @@ fn auto_tls_makes_a_self_signed_certificate_once_and_reuses_it() {
         )
         .is_none());
 }
+
+/// A 3-member cluster with TLS between members (`https://` peer URLs,
+/// member certificates required and verified) and on the client port.
+#[test]
+fn a_three_member_cluster_replicates_over_peer_tls_with_client_certificates() {
+    let mut cluster = testkit::Cluster::prepare_with(3, "https", "https", &[]);
+    let mut ca = TestCa::new(cluster.dir(), "ca");
+    let owned_ips = cluster.ips.clone();
+    let ips: Vec<&str> = owned_ips.iter().map(String::as_str).collect();
+    let member = ca.issue("member", "etcd-member", &ips, Usage::Peer);
+    let client = ca.issue("client", "root", &[], Usage::Client);
+    let ca_file = ca.ca_file();
+    let (cert, key, ca_path) = (path(&member.cert), path(&member.key), path(&ca_file));
+    cluster.add_flags(&[
+        "--cert-file",
+        cert,
+        "--key-file",
+        key,
+        "--trusted-ca-file",
+        ca_path,
+        "--client-cert-auth",
+        "--peer-cert-file",
+        cert,
+        "--peer-key-file",
+        key,
+        "--peer-trusted-ca-file",
+        ca_path,
+        "--peer-client-cert-auth",
+    ]);
+    cluster.start_all();
+    let endpoint = |i: usize| {
+        cluster
+            .endpoint(i)
+            .trim_start_matches("https://")
+            .to_string()
+    };
+
+    let (ok, out) = etcdctl(
+        "etcdctl",
+        &endpoint(0),
+        &ca_file,
+        Some(&client),
+        &["put", "k", "over peer tls"],
+    );
+    assert!(ok, "put: {out}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (ok, out) = etcdctl(
+            "etcdctl",
+            &endpoint(2),
+            &ca_file,
+            Some(&client),
+            &["get", "k", "--print-value-only"],
+        );
+        if ok && out.contains("over peer tls") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not replicated to m3: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let all = (0..3).map(endpoint).collect::<Vec<_>>().join(",");
+    let (ok, out) = etcdctl(
+        "etcdctl",
+        &all,
+        &ca_file,
+        Some(&client),
+        &["endpoint", "status", "-w", "table"],
+    );
+    assert!(
+        ok && out.matches("true").count() == 1,
+        "one leader among three: {out}"
+    );
+    let (ok, out) = etcdctl(
+        "etcdctl",
+        &endpoint(1),
+        &ca_file,
+        Some(&client),
+        &["member", "list"],
+    );
+    assert!(
+        ok && out.matches("https://").count() == 6,
+        "member list: {out}"
+    );
+
+    // a member with a certificate from another CA is refused on the peer port
+    let other_dir = tempfile::tempdir().unwrap();
+    let mut other_ca = TestCa::new(other_dir.path(), "other");
+    let stranger = other_ca.issue("stranger", "m2", &ips, Usage::Peer);
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "5", "-k"])
+        .args(["--cert", path(&stranger.cert), "--key", path(&stranger.key)])
+        .arg(format!("{}/members", cluster.peer_url(0)))
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "a stranger's certificate was accepted"
+    );
+    assert!(cluster.members[0]
+        .as_ref()
+        .unwrap()
+        .wait_for_log(
+            "rejected connection on peer endpoint",
+            Duration::from_secs(10)
+        )
+        .is_some());
+}
+
+/// `--peer-auto-tls`: each member makes its own certificate and verifies
+/// no peer's (etcd's InsecureSkipVerify), the links are encrypted all the
+/// same.
+#[test]
+fn a_peer_auto_tls_cluster_replicates() {
+    let mut cluster = testkit::Cluster::prepare_with(3, "http", "https", &["--peer-auto-tls"]);
+    cluster.start_all();
+    let (ok, out) = common_etcdctl(&cluster.endpoint(0), &["put", "k", "auto"]);
+    assert!(ok, "{out}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (ok, out) = common_etcdctl(&cluster.endpoint(2), &["get", "k", "--print-value-only"]);
+        if ok && out.contains("auto") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not replicated: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(cluster
+        .dir()
+        .join("m1")
+        .join("fixtures")
+        .join("peer")
+        .join("cert.pem")
+        .exists());
+}
+
+fn common_etcdctl(endpoint: &str, args: &[&str]) -> (bool, String) {
+    let out = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args(["--endpoints", endpoint, "--command-timeout", "5s"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}

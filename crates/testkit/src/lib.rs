@@ -266,6 +266,9 @@ pub struct Cluster {
     initial_cluster: String,
     extra: Vec<String>,
     dir: tempfile::TempDir,
+    /// `http` or `https`, for the client and for the peer URLs.
+    client_scheme: &'static str,
+    peer_scheme: &'static str,
 }
 
 impl Cluster {
@@ -280,6 +283,18 @@ impl Cluster {
     /// starting any, so a test can prepare the data dirs first (a restored
     /// snapshot) and then [`Cluster::start_all`].
     pub fn prepare(n: usize, extra: &[&str]) -> Cluster {
+        Cluster::prepare_with(n, "http", "http", extra)
+    }
+
+    /// [`Cluster::prepare`] with the client and peer URL schemes (`https`
+    /// for TLS; the certificate flags are added with [`Cluster::add_flags`]
+    /// once the members' addresses are known).
+    pub fn prepare_with(
+        n: usize,
+        client_scheme: &'static str,
+        peer_scheme: &'static str,
+        extra: &[&str],
+    ) -> Cluster {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos() ^ std::process::id().rotate_left(16))
@@ -290,7 +305,7 @@ impl Cluster {
         let initial_cluster = names
             .iter()
             .zip(&ips)
-            .map(|(name, ip)| format!("{name}=http://{ip}:2380"))
+            .map(|(name, ip)| format!("{name}={peer_scheme}://{ip}:2380"))
             .collect::<Vec<_>>()
             .join(",");
         Cluster {
@@ -300,7 +315,19 @@ impl Cluster {
             initial_cluster,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             dir: tempfile::tempdir().expect("temp dir"),
+            client_scheme,
+            peer_scheme,
         }
+    }
+
+    /// More flags for every member started from now on.
+    pub fn add_flags(&mut self, flags: &[&str]) {
+        self.extra.extend(flags.iter().map(|s| s.to_string()));
+    }
+
+    /// The directory the members' data dirs are in.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// Starts every member that is not running and waits until all are ready.
@@ -324,28 +351,29 @@ impl Cluster {
 
     /// Member `i`'s peer URL (its `--initial-advertise-peer-urls`).
     pub fn peer_url(&self, i: usize) -> String {
-        format!("http://{}:2380", self.ips[i])
+        format!("{}://{}:2380", self.peer_scheme, self.ips[i])
     }
 
     fn spawn(&self, i: usize) -> Process {
         let ip = &self.ips[i];
+        let (client, peer) = (self.client_scheme, self.peer_scheme);
         let data_dir = self.dir.path().join(&self.names[i]);
         let mut cmd = Command::new(oxcd_bin());
         cmd.arg("--name")
             .arg(&self.names[i])
             .arg("--data-dir")
             .arg(&data_dir)
-            .args(["--listen-client-urls", &format!("http://{ip}:2379")])
-            .args(["--advertise-client-urls", &format!("http://{ip}:2379")])
-            .args(["--listen-peer-urls", &format!("http://{ip}:2380")])
+            .args(["--listen-client-urls", &format!("{client}://{ip}:2379")])
+            .args(["--advertise-client-urls", &format!("{client}://{ip}:2379")])
+            .args(["--listen-peer-urls", &format!("{peer}://{ip}:2380")])
             .args([
                 "--initial-advertise-peer-urls",
-                &format!("http://{ip}:2380"),
+                &format!("{peer}://{ip}:2380"),
             ])
             .args(["--initial-cluster", &self.initial_cluster])
             .args(&self.extra);
         let mut p = Process::spawn(cmd, &data_dir);
-        p.endpoint = format!("http://{ip}:2379");
+        p.endpoint = format!("{client}://{ip}:2379");
         p
     }
 
@@ -419,7 +447,7 @@ impl Cluster {
     }
 
     pub fn endpoint(&self, i: usize) -> String {
-        format!("http://{}:2379", self.ips[i])
+        format!("{}://{}:2379", self.client_scheme, self.ips[i])
     }
 
     /// Endpoints of the members that are running.

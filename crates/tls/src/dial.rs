@@ -100,3 +100,76 @@ impl tower_service::Service<http::Uri> for TlsDialer {
         })
     }
 }
+
+/// Accepts any server certificate (etcd's `InsecureSkipVerify`, used by
+/// auto-TLS members for their outgoing connections, where every member's
+/// certificate is self-signed); handshake signatures are still checked.
+#[derive(Debug)]
+struct SkipVerification(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for SkipVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+impl TlsInfo {
+    /// [`TlsInfo::client_config`] that verifies no server certificate
+    /// (etcd's auto-TLS clients), presenting this side's certificate.
+    pub fn insecure_client_config(&self) -> Result<Arc<ClientConfig>, TlsError> {
+        let (provider, versions) = self.provider()?;
+        let versions: Vec<_> = versions.iter().map(|v| v.rustls()).collect();
+        let builder = ClientConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&versions)
+            .map_err(|e| TlsError::Config(e.to_string()))?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(SkipVerification(provider)));
+        let mut config = match (&self.cert_file, &self.key_file) {
+            (Some(cert), Some(key)) => builder
+                .with_client_auth_cert(read_certs(cert)?, read_key(key)?)
+                .map_err(|e| file_error(key, e))?,
+            _ => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(Arc::new(config))
+    }
+}

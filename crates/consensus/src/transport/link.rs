@@ -66,7 +66,17 @@ pub(super) struct Link {
     pub(super) observer: Arc<dyn NetworkObserver>,
     /// Where probes run: the main runtime, not the raft thread's.
     pub(super) probes: tokio::runtime::Handle,
+    /// TLS to the peer (its URL is `https://`): what to verify it with and
+    /// which certificate to present.
+    pub(super) tls: Option<Arc<rustls::ClientConfig>>,
 }
+
+/// A raft link's stream: TCP, or TLS over it.
+pub(crate) trait LinkIo:
+    tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send
+{
+}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> LinkIo for T {}
 
 /// One peer's sender: connect, stream batches, reconnect with back-off.
 pub(super) async fn run_peer(link: Link, url: String, mut queue: mpsc::Receiver<Vec<u8>>) {
@@ -77,13 +87,12 @@ pub(super) async fn run_peer(link: Link, url: String, mut queue: mpsc::Receiver<
     };
     // Probes ride a gRPC channel of their own to the same listener, served
     // by the main runtime.
-    let probe_channel = match tonic::transport::Endpoint::from_shared(url.clone()) {
-        Ok(e) => {
-            let _main = link.probes.enter();
-            e.connect_timeout(CONNECT_TIMEOUT)
-                .tcp_nodelay(true)
-                .connect_lazy()
-        }
+    let probe_channel = {
+        let _main = link.probes.enter();
+        super::lazy_channel(&url, CONNECT_TIMEOUT, link.tls.as_ref())
+    };
+    let probe_channel = match probe_channel {
+        Ok(channel) => channel,
         Err(e) => {
             tracing::error!(peer = %format!("{to:x}"), url = %url, error = %e, "invalid peer URL");
             return;
@@ -159,10 +168,10 @@ enum Streamed {
 async fn stream_batches(
     link: &Link,
     queue: &mut mpsc::Receiver<Vec<u8>>,
-    stream: tokio::net::TcpStream,
+    stream: Box<dyn LinkIo>,
 ) -> Streamed {
     let to = link.to;
-    let (mut reader, mut writer) = stream.into_split();
+    let (mut reader, mut writer) = tokio::io::split(stream);
     let mut frames = Vec::new();
     let mut eof = [0u8; 1];
     let mut carried = false;
@@ -214,10 +223,25 @@ fn host_port(url: &str) -> Option<String> {
     (!authority.is_empty() && authority.contains(':')).then(|| authority.to_string())
 }
 
-/// Opens a raft link: TCP, then the hello naming cluster and members.
-async fn connect_raft(addr: &str, link: &Link) -> std::io::Result<tokio::net::TcpStream> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
+/// Opens a raft link: TCP (then TLS, verifying the peer for the URL's
+/// host), then the hello naming cluster and members.
+async fn connect_raft(addr: &str, link: &Link) -> std::io::Result<Box<dyn LinkIo>> {
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    tcp.set_nodelay(true)?;
+    let mut stream: Box<dyn LinkIo> = match &link.tls {
+        Some(config) => {
+            let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{host}: {e}"))
+            })?;
+            let tls = tokio_rustls::TlsConnector::from(config.clone())
+                .connect(name, tcp)
+                .await?;
+            Box::new(tls)
+        }
+        None => Box::new(tcp),
+    };
     let mut hello = Vec::with_capacity(RAFT_HELLO_LEN);
     hello.extend_from_slice(RAFT_MAGIC);
     hello.extend_from_slice(&link.cluster_id.to_le_bytes());
@@ -372,12 +396,11 @@ impl PeerTransport {
     /// sender that is a member), replaces that sender's previous link, then
     /// steps every message into the local raft node until the peer closes
     /// the link or a newer one replaces it.
-    pub(crate) async fn serve_raft_link(
+    pub(crate) async fn serve_raft_link<S: tokio::io::AsyncRead + Unpin + Send>(
         self: Arc<Self>,
-        stream: tokio::net::TcpStream,
+        stream: S,
         raft: RaftHandle,
     ) {
-        let _ = stream.set_nodelay(true);
         let mut reader = tokio::io::BufReader::with_capacity(LINK_READ_CHUNK_BYTES, stream);
         let mut hello = [0u8; RAFT_HELLO_LEN];
         if tokio::time::timeout(HELLO_TIMEOUT, reader.read_exact(&mut hello))

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, OwnedSemaphorePermit};
+use tonic::transport::server::Connected as _;
 
 use super::{PeerService, PeerTransport};
 use crate::RaftHandle;
@@ -88,28 +89,15 @@ pub async fn serve_peer_listener(
                 let raft = raft.clone();
                 let transport = transport.clone();
                 let grpc_tx = grpc_tx.clone();
-                let mut shutdown = shutdown.clone();
-                tokio::spawn(async move {
-                    match super::is_raft_link(&stream).await {
-                        Some(true) => {
-                            // on the raft thread, which ends it when it stops
-                            let link = super::adopt_raft_link(stream, transport, raft, permit);
-                            tokio::select! {
-                                _ = link => {}
-                                _ = shutdown.wait_for(|stop| *stop) => {}
-                            }
-                        }
-                        Some(false) => {
-                            let _ = grpc_tx
-                                .send(Ok(PeerConnection {
-                                    stream,
-                                    _permit: permit,
-                                }))
-                                .await;
-                        }
-                        None => {}
-                    }
-                });
+                let shutdown = shutdown.clone();
+                match transport.tls().map(|t| t.server.clone()) {
+                    None => tokio::spawn(sort_plain(
+                        stream, transport, raft, grpc_tx, permit, shutdown,
+                    )),
+                    Some(config) => tokio::spawn(sort_tls(
+                        stream, config, transport, raft, grpc_tx, permit, shutdown,
+                    )),
+                };
             }
         })
     };
@@ -129,17 +117,161 @@ pub async fn serve_peer_listener(
     }
 }
 
+type GrpcQueue = tokio::sync::mpsc::Sender<std::io::Result<PeerConnection>>;
+
+/// A plaintext connection: sorted by peeking at its first bytes.
+async fn sort_plain(
+    stream: tokio::net::TcpStream,
+    transport: Arc<PeerTransport>,
+    raft: RaftHandle,
+    grpc: GrpcQueue,
+    permit: OwnedSemaphorePermit,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    match super::is_raft_link(&stream).await {
+        Some(true) => {
+            // on the raft thread, which ends it when it stops
+            let link = super::adopt_raft_link(stream, transport, raft, permit);
+            tokio::select! {
+                _ = link => {}
+                _ = shutdown.wait_for(|stop| *stop) => {}
+            }
+        }
+        Some(false) => {
+            let info = stream.connect_info();
+            let _ = grpc
+                .send(Ok(PeerConnection {
+                    stream: Box::new(stream),
+                    info,
+                    _permit: permit,
+                }))
+                .await;
+        }
+        None => {}
+    }
+}
+
+/// How long a member may take to finish its TLS handshake on the peer port
+/// (etcd: the peer listener's 5 s read and write deadlines).
+const PEER_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A TLS connection: the handshake, then the first bytes read (and kept
+/// for whoever serves it) to sort it. A raft link over TLS is served on
+/// this runtime, not moved to the raft thread's (a TLS session cannot
+/// change runtimes).
+async fn sort_tls(
+    stream: tokio::net::TcpStream,
+    config: Arc<rustls::ServerConfig>,
+    transport: Arc<PeerTransport>,
+    raft: RaftHandle,
+    grpc: GrpcQueue,
+    permit: OwnedSemaphorePermit,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    use tokio::io::AsyncReadExt;
+    let info = stream.connect_info();
+    let remote = info.remote_addr.map(|a| a.to_string()).unwrap_or_default();
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let mut tls = match tokio::time::timeout(PEER_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
+    {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            tracing::warn!("remote-addr" = %remote, error = %e, "rejected connection on peer endpoint");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!("remote-addr" = %remote, error = "TLS handshake timed out", "rejected connection on peer endpoint");
+            return;
+        }
+    };
+    let mut head = [0u8; super::RAFT_MAGIC.len()];
+    let read = tokio::time::timeout(PEER_HANDSHAKE_TIMEOUT, tls.read_exact(&mut head)).await;
+    if !matches!(read, Ok(Ok(_))) {
+        return;
+    }
+    let stream = Prefixed {
+        head: head.to_vec(),
+        at: 0,
+        inner: tls,
+    };
+    if head == *super::RAFT_MAGIC {
+        tokio::select! {
+            _ = transport.serve_raft_link(stream, raft) => {}
+            _ = shutdown.wait_for(|stop| *stop) => {}
+        }
+        drop(permit);
+        return;
+    }
+    let _ = grpc
+        .send(Ok(PeerConnection {
+            stream: Box::new(stream),
+            info,
+            _permit: permit,
+        }))
+        .await;
+}
+
+/// A stream whose first bytes were already read: they are read again
+/// before the rest.
+struct Prefixed<S> {
+    head: Vec<u8>,
+    at: usize,
+    inner: S,
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Prefixed<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if self.at < self.head.len() {
+            let n = (self.head.len() - self.at).min(buf.remaining());
+            let at = self.at;
+            buf.put_slice(&self.head[at..at + n]);
+            self.at += n;
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Prefixed<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 /// A gRPC connection on the peer port, holding its connection permit.
 struct PeerConnection {
-    stream: tokio::net::TcpStream,
-    _permit: tokio::sync::OwnedSemaphorePermit,
+    stream: Box<dyn super::link::LinkIo>,
+    info: tonic::transport::server::TcpConnectInfo,
+    _permit: OwnedSemaphorePermit,
 }
 
 impl tonic::transport::server::Connected for PeerConnection {
-    type ConnectInfo = <tokio::net::TcpStream as tonic::transport::server::Connected>::ConnectInfo;
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
+        self.info.clone()
     }
 }
 

@@ -26,11 +26,13 @@
 //! snapshots, both ends), [`service`] (the peer gRPC service), [`listener`]
 //! (the peer port: raft links and gRPC sorted by their first bytes).
 
+mod dial;
 mod link;
 mod listener;
 mod service;
 mod snapshot;
 
+pub use dial::{channel, lazy_channel, PeerTls};
 pub use link::{
     adopt_raft_link, is_raft_link, MAX_PEER_MESSAGE_BYTES, MAX_RAFT_LINK_BUFFERED_BYTES,
     PROBE_INTERVAL, RAFT_MAGIC,
@@ -118,6 +120,8 @@ pub struct PeerTransport {
     link_bytes: Arc<AtomicUsize>,
     /// Peers whose backend snapshot is being received (one at a time each).
     receiving_snapshots: parking_lot::Mutex<HashSet<u64>>,
+    /// TLS on the peer port and to peers (`https://` peer URLs).
+    tls: Option<PeerTls>,
 }
 
 impl PeerTransport {
@@ -128,6 +132,7 @@ impl PeerTransport {
         peers: &[(u64, String)],
         runtime: &tokio::runtime::Handle,
         observer: Arc<dyn NetworkObserver>,
+        tls: Option<PeerTls>,
     ) -> Arc<PeerTransport> {
         let transport = Arc::new(PeerTransport {
             id,
@@ -141,6 +146,7 @@ impl PeerTransport {
             next_link: AtomicU64::new(0),
             link_bytes: Arc::new(AtomicUsize::new(0)),
             receiving_snapshots: parking_lot::Mutex::new(HashSet::new()),
+            tls: tls.clone(),
         });
         for (peer, url) in peers {
             if *peer == id {
@@ -159,6 +165,7 @@ impl PeerTransport {
                 cluster_id,
                 observer: observer.clone(),
                 probes: runtime.clone(),
+                tls: tls_for(tls.as_ref(), url),
             };
             transport.senders.lock().push((link, url.clone(), rx));
         }
@@ -173,6 +180,17 @@ impl PeerTransport {
 
     /// Whether `id` is another member of the cluster (etcd's stream handler
     /// answers "404 error sender not found" otherwise).
+    /// The client configuration for a connection to `url`: TLS for an
+    /// `https://` URL.
+    pub fn client_tls(&self, url: &str) -> Option<Arc<rustls::ClientConfig>> {
+        tls_for(self.tls.as_ref(), url)
+    }
+
+    /// The peer side's TLS, if the peer URLs are `https://`.
+    pub fn tls(&self) -> Option<&PeerTls> {
+        self.tls.as_ref()
+    }
+
     pub(crate) fn is_peer(&self, id: u64) -> bool {
         self.peers.read().contains_key(&id)
     }
@@ -233,4 +251,10 @@ impl Transport for PeerTransport {
             }
         }
     }
+}
+
+/// TLS to a peer at `url` when its scheme asks for it.
+fn tls_for(tls: Option<&PeerTls>, url: &str) -> Option<Arc<rustls::ClientConfig>> {
+    tls.filter(|_| url.starts_with("https://"))
+        .map(|t| t.client.clone())
 }

@@ -32,6 +32,7 @@ impl PeerTransport {
         let job = SnapshotJob {
             cluster_id: self.cluster_id,
             url: peer.url.clone(),
+            tls: self.client_tls(&peer.url),
             raft: raft.clone(),
             source: source.clone(),
             in_flight: peer.snapshot_in_flight.clone(),
@@ -43,6 +44,7 @@ impl PeerTransport {
 struct SnapshotJob {
     cluster_id: u64,
     url: String,
+    tls: Option<Arc<rustls::ClientConfig>>,
     raft: RaftHandle,
     source: Arc<dyn SnapshotSource>,
     in_flight: Arc<AtomicBool>,
@@ -82,13 +84,7 @@ impl SnapshotJob {
         let mut file = tokio::fs::File::open(path)
             .await
             .map_err(|e| format!("open {}: {e}", path.display()))?;
-        let endpoint =
-            tonic::transport::Endpoint::from_shared(self.url.clone()).map_err(|e| e.to_string())?;
-        let channel = endpoint
-            .connect_timeout(CONNECT_TIMEOUT)
-            .connect()
-            .await
-            .map_err(|e| e.to_string())?;
+        let channel = super::channel(&self.url, CONNECT_TIMEOUT, self.tls.as_ref()).await?;
         let mut client = PeerClient::new(channel).max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
         let (chunks, wire) = mpsc::channel::<SnapshotChunk>(4);
         let call = tokio::spawn(async move { client.snapshot(ReceiverStream::new(wire)).await });

@@ -304,7 +304,11 @@ fn peer_tls(cfg: &ServerConfig) -> Result<Option<consensus::transport::PeerTls>,
         info.client_config()
     }
     .map_err(error)?;
-    Ok(Some(consensus::transport::PeerTls { server, client }))
+    Ok(Some(consensus::transport::PeerTls {
+        server,
+        client,
+        skip_client_san_verification: cfg.peer_skip_client_san_verification,
+    }))
 }
 
 /// The host of a URL (`https://host:port/...`), brackets of an IPv6

@@ -73,6 +73,8 @@ pub struct ServerConfig {
     /// `--peer-auto-tls`: a self-signed peer certificate under
     /// `<data-dir>/fixtures/peer`; peers' certificates are then not verified.
     pub peer_auto_tls: bool,
+    /// `--experimental-peer-skip-client-san-verification`.
+    pub peer_skip_client_san_verification: bool,
     /// `--self-signed-cert-validity`: years an auto-TLS certificate is
     /// valid for.
     pub self_signed_cert_validity: u32,
@@ -127,6 +129,7 @@ impl Default for ServerConfig {
             auto_tls: false,
             peer_tls: tls::TlsInfo::default(),
             peer_auto_tls: false,
+            peer_skip_client_san_verification: false,
             self_signed_cert_validity: 1,
         }
     }

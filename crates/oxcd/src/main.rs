@@ -175,6 +175,18 @@ struct Flags {
     /// Path to the peer certificate revocation list file.
     #[arg(long, env = "ETCD_PEER_CRL_FILE", default_value = "")]
     peer_crl_file: String,
+    /// Comma-separated list of allowed CNs for inter-peer TLS authentication.
+    #[arg(long, env = "ETCD_PEER_CERT_ALLOWED_CN", default_value = "")]
+    peer_cert_allowed_cn: String,
+    /// Comma-separated list of allowed SAN hostnames for inter-peer TLS authentication.
+    #[arg(long, env = "ETCD_PEER_CERT_ALLOWED_HOSTNAME", default_value = "")]
+    peer_cert_allowed_hostname: String,
+    /// Comma-separated list of allowed SAN hostnames for client cert authentication.
+    #[arg(long, env = "ETCD_CLIENT_CERT_ALLOWED_HOSTNAME", default_value = "")]
+    client_cert_allowed_hostname: String,
+    /// Skip verification of SAN field in client certificate for peer connections.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_PEER_SKIP_CLIENT_SAN_VERIFICATION", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    experimental_peer_skip_client_san_verification: bool,
     /// Peer TLS using generated certificates.
     #[arg(long, env = "ETCD_PEER_AUTO_TLS", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     peer_auto_tls: bool,
@@ -356,6 +368,7 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
         auto_tls: flags.auto_tls,
         peer_tls,
         peer_auto_tls: flags.peer_auto_tls,
+        peer_skip_client_san_verification: flags.experimental_peer_skip_client_san_verification,
         self_signed_cert_validity: flags.self_signed_cert_validity,
         ..ServerConfig::default()
     })
@@ -363,16 +376,29 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
 
 /// The client port's TLS flags (validated when a listener needs them).
 fn client_tls(flags: &Flags) -> tls::TlsInfo {
-    tls_info(
-        [
-            &flags.cert_file,
-            &flags.key_file,
-            &flags.trusted_ca_file,
-            &flags.client_crl_file,
-        ],
-        flags.client_cert_auth,
-        flags,
-    )
+    tls::TlsInfo {
+        allowed_hostnames: comma_list(&flags.client_cert_allowed_hostname),
+        ..tls_info(
+            [
+                &flags.cert_file,
+                &flags.key_file,
+                &flags.trusted_ca_file,
+                &flags.client_crl_file,
+            ],
+            flags.client_cert_auth,
+            flags,
+        )
+    }
+}
+
+/// etcd's comma-separated list flags: empty items dropped.
+fn comma_list(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// One side's TLS flags: [cert, key, trusted CA, CRL] files, client
@@ -386,15 +412,10 @@ fn tls_info(files: [&String; 4], client_cert_auth: bool, flags: &Flags) -> tls::
         trusted_ca_file: path(ca),
         client_cert_auth,
         crl_file: path(crl),
-        cipher_suites: flags
-            .cipher_suites
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect(),
+        cipher_suites: comma_list(&flags.cipher_suites),
         min_version: Some(flags.tls_min_version.clone()),
         max_version: Some(flags.tls_max_version.clone()),
+        ..Default::default()
     }
 }
 

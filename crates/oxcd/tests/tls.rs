@@ -430,9 +430,14 @@ fn auto_tls_makes_a_self_signed_certificate_once_and_reuses_it() {
 fn a_three_member_cluster_replicates_over_peer_tls_with_client_certificates() {
     let mut cluster = testkit::Cluster::prepare_with(3, "https", "https", &[]);
     let mut ca = TestCa::new(cluster.dir(), "ca");
-    let owned_ips = cluster.ips.clone();
+    // members dial from 127.0.0.1 on loopback: their certificates name it
+    // too, as a real member's names the address it dials from
+    let mut owned_ips = cluster.ips.clone();
+    owned_ips.push("127.0.0.1".into());
     let ips: Vec<&str> = owned_ips.iter().map(String::as_str).collect();
     let member = ca.issue("member", "etcd-member", &ips, Usage::Peer);
+    let intruder = ca.issue("intruder", "intruder", &ips, Usage::Peer);
+    let elsewhere = ca.issue("elsewhere", "etcd-member", &["10.9.9.9"], Usage::Peer);
     let client = ca.issue("client", "root", &[], Usage::Client);
     let ca_file = ca.ca_file();
     let (cert, key, ca_path) = (path(&member.cert), path(&member.key), path(&ca_file));
@@ -451,6 +456,8 @@ fn a_three_member_cluster_replicates_over_peer_tls_with_client_certificates() {
         "--peer-trusted-ca-file",
         ca_path,
         "--peer-client-cert-auth",
+        "--peer-cert-allowed-cn",
+        "etcd-member,other-member",
     ]);
     cluster.start_all();
     let endpoint = |i: usize| {

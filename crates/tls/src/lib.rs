@@ -43,7 +43,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 pub use dial::TlsDialer;
 pub use reload::ReloadingCert;
 pub use selfcert::self_signed;
-pub use verify::{client_common_name, CrlClientVerifier};
+pub use verify::{check_cert_san, client_common_name, valid_for_host, Allowed, CrlClientVerifier};
 pub use versions::{cipher_suite, parse_version, TlsVersion};
 
 /// Errors in TLS settings, in etcd's words where etcd has them.
@@ -77,6 +77,12 @@ pub struct TlsInfo {
     pub client_cert_auth: bool,
     /// `--client-crl-file` / `--peer-crl-file`.
     pub crl_file: Option<PathBuf>,
+    /// `--peer-cert-allowed-cn`: a connecting member's certificate must
+    /// carry one of these Common Names.
+    pub allowed_cns: Vec<String>,
+    /// `--client-cert-allowed-hostname` / `--peer-cert-allowed-hostname`:
+    /// its certificate must be valid for one of these hostnames.
+    pub allowed_hostnames: Vec<String>,
     /// `--cipher-suites`: etcd's (Go's) names; empty: rustls's defaults.
     pub cipher_suites: Vec<String>,
     /// `--tls-min-version` (default TLS1.2) and `--tls-max-version`.
@@ -144,6 +150,13 @@ impl TlsInfo {
                 shown(&self.cert_file).unwrap_or_default()
             )));
         };
+        if !self.allowed_cns.is_empty() && !self.allowed_hostnames.is_empty() {
+            return Err(TlsError::Config(format!(
+                "AllowedCNs and AllowedHostnames are mutually exclusive (cns={}, hostnames={})",
+                go_quoted(&self.allowed_cns),
+                go_quoted(&self.allowed_hostnames)
+            )));
+        }
         let (provider, versions) = self.provider()?;
         let resolver = Arc::new(ReloadingCert::load(cert, key, provider.clone())?);
         let versions: Vec<_> = versions.iter().map(|v| v.rustls()).collect();
@@ -184,8 +197,18 @@ impl TlsInfo {
         Ok(Some(Arc::new(CrlClientVerifier::new(
             inner,
             self.crl_file.clone(),
+            Allowed {
+                cns: self.allowed_cns.clone(),
+                hostnames: self.allowed_hostnames.clone(),
+            },
         ))))
     }
+}
+
+/// A list as Go's `%q` prints a `[]string`: `["a" "b"]`.
+fn go_quoted(items: &[String]) -> String {
+    let quoted: Vec<String> = items.iter().map(|i| format!("{i:?}")).collect();
+    format!("[{}]", quoted.join(" "))
 }
 
 /// Debian's bundle of the system's trusted roots.

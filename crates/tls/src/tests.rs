@@ -308,3 +308,64 @@ async fn the_dialer_verifies_the_server_for_the_uris_host_and_presents_the_clien
         "ClientKeyFile and ClientCertFile must both be present or both absent"
     );
 }
+
+#[tokio::test]
+async fn only_the_allowed_common_names_or_hostnames_get_in() {
+    let mut pki = pki();
+    let alice = pki
+        .ca
+        .issue("alice", "alice", &["m1.example.com"], Usage::Peer);
+    let bob = pki.ca.issue("bob", "bob", &["10.0.0.2"], Usage::Peer);
+    let ca = pki.ca.ca_file();
+    let with = |cns: &[&str], hostnames: &[&str]| TlsInfo {
+        trusted_ca_file: Some(pki.ca.ca_file()),
+        allowed_cns: cns.iter().map(|s| s.to_string()).collect(),
+        allowed_hostnames: hostnames.iter().map(|s| s.to_string()).collect(),
+        ..info(&pki)
+    };
+    let by_cn = with(&["alice", "carol"], &[]).server_config().unwrap();
+    assert!(handshake(by_cn.clone(), client(&ca, Some(&alice)))
+        .await
+        .is_ok());
+    let refused = handshake(by_cn, client(&ca, Some(&bob))).await;
+    assert!(refused.is_err(), "bob is not an allowed CN: {refused:?}");
+
+    let by_host = with(&[], &["M1.example.com"]).server_config().unwrap();
+    assert!(handshake(by_host.clone(), client(&ca, Some(&alice)))
+        .await
+        .is_ok());
+    assert!(handshake(by_host, client(&ca, Some(&bob))).await.is_err());
+    let by_ip = with(&[], &["10.0.0.2"]).server_config().unwrap();
+    assert!(handshake(by_ip.clone(), client(&ca, Some(&bob)))
+        .await
+        .is_ok());
+    assert!(handshake(by_ip, client(&ca, Some(&alice))).await.is_err());
+
+    let both = with(&["a"], &["b", "c"]).server_config().err().unwrap();
+    assert_eq!(
+        both.to_string(),
+        r#"AllowedCNs and AllowedHostnames are mutually exclusive (cns=["a"], hostnames=["b" "c"])"#
+    );
+}
+
+#[test]
+fn hostnames_match_as_go_matches_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ca = TestCa::new(dir.path(), "ca");
+    let cert = ca.issue(
+        "x",
+        "x",
+        &["*.example.com", "exact.org", "127.0.0.7"],
+        Usage::Server,
+    );
+    let der = &read_certs(&cert.cert).unwrap()[0];
+    assert!(valid_for_host(der, "a.example.com"));
+    assert!(
+        !valid_for_host(der, "a.b.example.com"),
+        "a wildcard is one label"
+    );
+    assert!(!valid_for_host(der, "example.com"));
+    assert!(valid_for_host(der, "EXACT.org"));
+    assert!(valid_for_host(der, "127.0.0.7"));
+    assert!(!valid_for_host(der, "127.0.0.8"));
+}

@@ -10,19 +10,82 @@ use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme};
-use x509_parser::prelude::{FromDer, X509Certificate};
+use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 use x509_parser::revocation_list::CertificateRevocationList;
 
-/// A chain verifier (rustls's WebPKI one) plus etcd's CRL check.
+/// A chain verifier (rustls's WebPKI one) plus etcd's checks: the CRL,
+/// and the allowed Common Names or hostnames of the leaf.
 #[derive(Debug)]
 pub struct CrlClientVerifier {
     inner: Arc<dyn ClientCertVerifier>,
     crl_file: Option<PathBuf>,
+    allowed: Allowed,
+}
+
+/// etcd's `AllowedCNs` / `AllowedHostnames` (at most one of them set).
+#[derive(Debug, Default, Clone)]
+pub struct Allowed {
+    pub cns: Vec<String>,
+    pub hostnames: Vec<String>,
+}
+
+impl Allowed {
+    /// Whether the verified leaf passes (etcd's verifyCertificate).
+    fn admits(&self, leaf: &CertificateDer<'_>) -> bool {
+        if !self.cns.is_empty() {
+            let cn = client_common_name(leaf).unwrap_or_default();
+            return self.cns.contains(&cn);
+        }
+        if !self.hostnames.is_empty() {
+            return self.hostnames.iter().any(|h| valid_for_host(leaf, h));
+        }
+        true
+    }
+}
+
+/// Go's `Certificate.VerifyHostname`: an IP address against the IP SANs,
+/// a name against the DNS SANs (case-insensitive, `*.` matching one label).
+pub fn valid_for_host(cert: &CertificateDer<'_>, host: &str) -> bool {
+    let Ok((_, parsed)) = X509Certificate::from_der(cert.as_ref()) else {
+        return false;
+    };
+    let Ok(Some(san)) = parsed.subject_alternative_name() else {
+        return false;
+    };
+    let ip: Option<std::net::IpAddr> = host.trim_matches(['[', ']']).parse().ok();
+    san.value.general_names.iter().any(|name| match name {
+        GeneralName::IPAddress(bytes) => match (ip, bytes.len()) {
+            (Some(std::net::IpAddr::V4(v4)), 4) => v4.octets() == **bytes,
+            (Some(std::net::IpAddr::V6(v6)), 16) => v6.octets() == **bytes,
+            _ => false,
+        },
+        GeneralName::DNSName(pattern) if ip.is_none() => dns_matches(pattern, host),
+        _ => false,
+    })
+}
+
+fn dns_matches(pattern: &str, host: &str) -> bool {
+    let (pattern, host) = (pattern.to_ascii_lowercase(), host.to_ascii_lowercase());
+    let host = host.trim_end_matches('.');
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => host
+            .split_once('.')
+            .is_some_and(|(label, rest)| !label.is_empty() && rest == suffix),
+        None => pattern == host,
+    }
 }
 
 impl CrlClientVerifier {
-    pub fn new(inner: Arc<dyn ClientCertVerifier>, crl_file: Option<PathBuf>) -> Self {
-        CrlClientVerifier { inner, crl_file }
+    pub fn new(
+        inner: Arc<dyn ClientCertVerifier>,
+        crl_file: Option<PathBuf>,
+        allowed: Allowed,
+    ) -> Self {
+        CrlClientVerifier {
+            inner,
+            crl_file,
+            allowed,
+        }
     }
 
     /// The serial numbers the CRL file lists (PEM or DER); a file that
@@ -81,6 +144,11 @@ impl ClientCertVerifier for CrlClientVerifier {
         let verified = self
             .inner
             .verify_client_cert(end_entity, intermediates, now)?;
+        if !self.allowed.admits(end_entity) {
+            return Err(Error::InvalidCertificate(CertificateError::Other(
+                rustls::OtherError(Arc::new(AuthenticationFailed)),
+            )));
+        }
         let revoked = match self.revoked() {
             Ok(None) => return Ok(verified),
             Ok(Some(revoked)) => revoked,
@@ -122,4 +190,63 @@ impl ClientCertVerifier for CrlClientVerifier {
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.inner.supported_verify_schemes()
     }
+}
+
+/// etcd's error for a certificate outside the allowed CNs or hostnames.
+#[derive(Debug)]
+struct AuthenticationFailed;
+
+impl std::fmt::Display for AuthenticationFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("client certificate authentication failed")
+    }
+}
+
+impl std::error::Error for AuthenticationFailed {}
+
+/// etcd's `checkCertSAN` on the peer port: a connecting member's address
+/// must be one its certificate names, as an IP SAN or as a DNS SAN that
+/// resolves to it. A certificate without SANs passes. (etcd also tries a
+/// reverse lookup for wildcard names; here a wildcard never matches.)
+pub async fn check_cert_san(
+    cert: &CertificateDer<'_>,
+    remote: std::net::IpAddr,
+) -> Result<(), String> {
+    let Ok((_, parsed)) = X509Certificate::from_der(cert.as_ref()) else {
+        return Err("cannot parse the certificate".into());
+    };
+    let names = match parsed.subject_alternative_name() {
+        Ok(Some(san)) => san.value.general_names.clone(),
+        _ => return Ok(()),
+    };
+    let dns: Vec<String> = names
+        .iter()
+        .filter_map(|n| match n {
+            GeneralName::DNSName(name) => Some(name.to_string()),
+            _ => None,
+        })
+        .collect();
+    let has_ip = names.iter().any(|n| matches!(n, GeneralName::IPAddress(_)));
+    if !has_ip && dns.is_empty() {
+        return Ok(());
+    }
+    if has_ip && valid_for_host(cert, &remote.to_string()) {
+        return Ok(());
+    }
+    for name in dns.iter().filter(|n| !n.starts_with("*.")) {
+        if let Ok(addrs) = tokio::net::lookup_host((name.as_str(), 0)).await {
+            if addrs.map(|a| a.ip()).any(|ip| ip == remote) {
+                return Ok(());
+            }
+        }
+    }
+    if dns.is_empty() {
+        return Err(format!(
+            "x509: certificate is not valid for any names, but wanted to match {remote}"
+        ));
+    }
+    Err(format!(
+        "tls: {:?} does not match any of DNSNames {dns:?}",
+        remote.to_string()
+    ))
 }

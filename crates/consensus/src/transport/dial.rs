@@ -15,6 +15,9 @@ use tonic::transport::{Channel, Endpoint};
 pub struct PeerTls {
     pub server: Arc<rustls::ServerConfig>,
     pub client: Arc<rustls::ClientConfig>,
+    /// `--experimental-peer-skip-client-san-verification`: do not check
+    /// that a connecting member's address is one its certificate names.
+    pub skip_client_san_verification: bool,
 }
 
 /// An endpoint for `url` with TCP_NODELAY and a connect timeout.

@@ -184,6 +184,23 @@ async fn sort_tls(
             return;
         }
     };
+    let skip_san = transport
+        .tls()
+        .is_none_or(|t| t.skip_client_san_verification);
+    if let (false, Some(ip)) = (skip_san, info.remote_addr.map(|a| a.ip())) {
+        let leaf = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .cloned();
+        if let Some(leaf) = leaf {
+            if let Err(e) = tls::check_cert_san(&leaf, ip).await {
+                tracing::warn!("remote-addr" = %remote, error = %e, "rejected connection on peer endpoint");
+                return;
+            }
+        }
+    }
     let mut head = [0u8; super::RAFT_MAGIC.len()];
     let read = tokio::time::timeout(PEER_HANDSHAKE_TIMEOUT, tls.read_exact(&mut head)).await;
     if !matches!(read, Ok(Ok(_))) {

@@ -279,16 +279,20 @@ fn split_urls(s: &str) -> Vec<String> {
 
 fn config_from(flags: Flags) -> Result<ServerConfig, String> {
     let client_tls = client_tls(&flags);
-    let peer_tls = tls_info(
-        [
-            &flags.peer_cert_file,
-            &flags.peer_key_file,
-            &flags.peer_trusted_ca_file,
-            &flags.peer_crl_file,
-        ],
-        flags.peer_client_cert_auth,
-        &flags,
-    );
+    let peer_tls = tls::TlsInfo {
+        allowed_cns: comma_list(&flags.peer_cert_allowed_cn),
+        allowed_hostnames: comma_list(&flags.peer_cert_allowed_hostname),
+        ..tls_info(
+            [
+                &flags.peer_cert_file,
+                &flags.peer_key_file,
+                &flags.peer_trusted_ca_file,
+                &flags.peer_crl_file,
+            ],
+            flags.peer_client_cert_auth,
+            &flags,
+        )
+    };
     if flags.heartbeat_interval == 0 || flags.election_timeout == 0 {
         return Err("--heartbeat-interval and --election-timeout must be greater than 0".into());
     }

@@ -539,6 +539,34 @@ fn a_three_member_cluster_replicates_over_peer_tls_with_client_certificates() {
             Duration::from_secs(10)
         )
         .is_some());
+
+    // the same CA, but a Common Name outside --peer-cert-allowed-cn, and a
+    // certificate that does not name the address it connects from
+    for (who, cert) in [
+        ("an intruder's CN", &intruder),
+        ("a certificate for 10.9.9.9", &elsewhere),
+    ] {
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "5", "--cacert", ca_path])
+            .args(["--cert", path(&cert.cert), "--key", path(&cert.key)])
+            .arg(format!("{}/members", cluster.peer_url(0)))
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{who} was accepted");
+    }
+    let first = cluster.members[0].as_ref().unwrap();
+    assert!(first
+        .wait_for_log(
+            "client certificate authentication failed",
+            Duration::from_secs(10)
+        )
+        .is_some());
+    assert!(
+        first
+            .wait_for_log("wanted to match", Duration::from_secs(10))
+            .is_some(),
+        "the SAN check refused the certificate for 10.9.9.9"
+    );
 }
 
 /// `--peer-auto-tls`: each member makes its own certificate and verifies

@@ -192,9 +192,15 @@ impl ClientCertVerifier for CrlClientVerifier {
     }
 }
 
-/// etcd's error for a certificate outside the allowed CNs or hostnames.
-#[derive(Debug)]
+/// etcd's error for a certificate outside the allowed CNs or hostnames
+/// (its Debug form is what rustls's error shows, so it says the same).
 struct AuthenticationFailed;
+
+impl std::fmt::Debug for AuthenticationFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
 
 impl std::fmt::Display for AuthenticationFailed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

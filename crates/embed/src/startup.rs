@@ -257,9 +257,9 @@ fn client_tls(cfg: &ServerConfig) -> Result<Option<Arc<rustls::ServerConfig>>, S
             None => "client TLS key/cert (--cert-file, --key-file) must be provided for metrics secure url".into(),
         }));
     }
-    let config = info
-        .server_config()
-        .map_err(|e| StartError::Config(format!("client TLS: {e}")))?;
+    let error = |e: tls::TlsError| StartError::Config(format!("client TLS: {e}"));
+    info.outgoing_identity().map_err(error)?;
+    let config = info.server_config().map_err(error)?;
     Ok(Some(config))
 }
 

@@ -175,6 +175,18 @@ struct Flags {
     /// Path to the peer certificate revocation list file.
     #[arg(long, env = "ETCD_PEER_CRL_FILE", default_value = "")]
     peer_crl_file: String,
+    /// Path to an explicit peer client TLS cert file otherwise cert file will be used when client auth is required.
+    #[arg(long, env = "ETCD_CLIENT_CERT_FILE", default_value = "")]
+    client_cert_file: String,
+    /// Path to an explicit peer client TLS key file otherwise key file will be used when client auth is required.
+    #[arg(long, env = "ETCD_CLIENT_KEY_FILE", default_value = "")]
+    client_key_file: String,
+    /// Path to an explicit peer client TLS cert file otherwise peer cert file will be used when client auth is required.
+    #[arg(long, env = "ETCD_PEER_CLIENT_CERT_FILE", default_value = "")]
+    peer_client_cert_file: String,
+    /// Path to an explicit peer client TLS key file otherwise peer key file will be used when client auth is required.
+    #[arg(long, env = "ETCD_PEER_CLIENT_KEY_FILE", default_value = "")]
+    peer_client_key_file: String,
     /// Comma-separated list of allowed CNs for inter-peer TLS authentication.
     #[arg(long, env = "ETCD_PEER_CERT_ALLOWED_CN", default_value = "")]
     peer_cert_allowed_cn: String,
@@ -280,6 +292,8 @@ fn split_urls(s: &str) -> Vec<String> {
 fn config_from(flags: Flags) -> Result<ServerConfig, String> {
     let client_tls = client_tls(&flags);
     let peer_tls = tls::TlsInfo {
+        client_cert_file: path(&flags.peer_client_cert_file),
+        client_key_file: path(&flags.peer_client_key_file),
         allowed_cns: comma_list(&flags.peer_cert_allowed_cn),
         allowed_hostnames: comma_list(&flags.peer_cert_allowed_hostname),
         ..tls_info(
@@ -381,6 +395,8 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
 /// The client port's TLS flags (validated when a listener needs them).
 fn client_tls(flags: &Flags) -> tls::TlsInfo {
     tls::TlsInfo {
+        client_cert_file: path(&flags.client_cert_file),
+        client_key_file: path(&flags.client_key_file),
         allowed_hostnames: comma_list(&flags.client_cert_allowed_hostname),
         ..tls_info(
             [
@@ -393,6 +409,11 @@ fn client_tls(flags: &Flags) -> tls::TlsInfo {
             flags,
         )
     }
+}
+
+/// A path flag; empty is none.
+fn path(value: &str) -> Option<std::path::PathBuf> {
+    (!value.is_empty()).then(|| std::path::PathBuf::from(value))
 }
 
 /// etcd's comma-separated list flags: empty items dropped.
@@ -408,7 +429,6 @@ fn comma_list(value: &str) -> Vec<String> {
 /// One side's TLS flags: [cert, key, trusted CA, CRL] files, client
 /// certificate auth, and the cipher suites and versions both sides share.
 fn tls_info(files: [&String; 4], client_cert_auth: bool, flags: &Flags) -> tls::TlsInfo {
-    let path = |p: &str| (!p.is_empty()).then(|| std::path::PathBuf::from(p));
     let [cert, key, ca, crl] = files;
     tls::TlsInfo {
         cert_file: path(cert),

@@ -12,14 +12,37 @@ use rustls::{ClientConfig, RootCertStore};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
+use std::path::PathBuf;
+
 use crate::{file_error, read_certs, read_key, TlsError, TlsInfo, SYSTEM_ROOTS};
 
 impl TlsInfo {
+    /// The certificate and key an outgoing connection presents: the client
+    /// files if given (both or neither, etcd's rule), else the listener's.
+    pub fn outgoing_identity(&self) -> Result<(Option<&PathBuf>, Option<&PathBuf>), TlsError> {
+        let pair = |cert: &Option<PathBuf>, key: &Option<PathBuf>| match (cert, key) {
+            (Some(_), None) | (None, Some(_)) => Err(TlsError::Config(
+                "ClientKeyFile and ClientCertFile must both be present or both absent".into(),
+            )),
+            _ => Ok(()),
+        };
+        pair(&self.client_cert_file, &self.client_key_file)?;
+        if self.client_cert_file.is_some() {
+            return Ok((
+                self.client_cert_file.as_ref(),
+                self.client_key_file.as_ref(),
+            ));
+        }
+        pair(&self.cert_file, &self.key_file)?;
+        Ok((self.cert_file.as_ref(), self.key_file.as_ref()))
+    }
+
     /// The configuration of an outgoing connection (etcdctl's `--cacert`,
     /// `--cert`, `--key`): the server must chain to the trusted CA file (or
     /// the system's roots), and the certificate, if any, is presented.
     /// Offers ALPN `h2`.
     pub fn client_config(&self) -> Result<Arc<ClientConfig>, TlsError> {
+        let (cert, key) = self.outgoing_identity()?;
         let (provider, versions) = self.provider()?;
         let versions: Vec<_> = versions.iter().map(|v| v.rustls()).collect();
         let ca = self
@@ -36,16 +59,11 @@ impl TlsInfo {
             .with_protocol_versions(&versions)
             .map_err(|e| TlsError::Config(e.to_string()))?
             .with_root_certificates(roots);
-        let mut config = match (&self.cert_file, &self.key_file) {
+        let mut config = match (cert, key) {
             (Some(cert), Some(key)) => builder
                 .with_client_auth_cert(read_certs(cert)?, read_key(key)?)
                 .map_err(|e| file_error(key, e))?,
-            (None, None) => builder.with_no_client_auth(),
-            _ => {
-                return Err(TlsError::Config(
-                    "ClientKeyFile and ClientCertFile must both be present or both absent".into(),
-                ))
-            }
+            _ => builder.with_no_client_auth(),
         };
         config.alpn_protocols = vec![b"h2".to_vec()];
         Ok(Arc::new(config))
@@ -163,7 +181,7 @@ impl TlsInfo {
             .map_err(|e| TlsError::Config(e.to_string()))?
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(SkipVerification(provider)));
-        let mut config = match (&self.cert_file, &self.key_file) {
+        let mut config = match self.outgoing_identity()? {
             (Some(cert), Some(key)) => builder
                 .with_client_auth_cert(read_certs(cert)?, read_key(key)?)
                 .map_err(|e| file_error(key, e))?,

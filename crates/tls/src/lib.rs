@@ -83,6 +83,11 @@ pub struct TlsInfo {
     /// `--client-cert-allowed-hostname` / `--peer-cert-allowed-hostname`:
     /// its certificate must be valid for one of these hostnames.
     pub allowed_hostnames: Vec<String>,
+    /// `--client-cert-file` / `--peer-client-cert-file` and the key files:
+    /// the certificate outgoing connections present, when it must differ
+    /// from the listener's (both or neither).
+    pub client_cert_file: Option<PathBuf>,
+    pub client_key_file: Option<PathBuf>,
     /// `--cipher-suites`: etcd's (Go's) names; empty: rustls's defaults.
     pub cipher_suites: Vec<String>,
     /// `--tls-min-version` (default TLS1.2) and `--tls-max-version`.

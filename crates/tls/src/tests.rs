@@ -369,3 +369,40 @@ fn hostnames_match_as_go_matches_them() {
     assert!(valid_for_host(der, "127.0.0.7"));
     assert!(!valid_for_host(der, "127.0.0.8"));
 }
+
+#[tokio::test]
+async fn outgoing_connections_present_the_client_files_when_given() {
+    let mut pki = pki();
+    let alice = pki.ca.issue("alice", "alice", &[], Usage::Client);
+    let server = TlsInfo {
+        trusted_ca_file: Some(pki.ca.ca_file()),
+        allowed_cns: vec!["alice".into()],
+        ..info(&pki)
+    }
+    .server_config()
+    .unwrap();
+    let member = TlsInfo {
+        trusted_ca_file: Some(pki.ca.ca_file()),
+        ..info(&pki)
+    };
+    // the listener's own certificate (CN "server") is not an allowed CN...
+    let own = member.client_config().unwrap();
+    assert!(handshake(server.clone(), own).await.is_err());
+    // ...the explicit client certificate is
+    let explicit = TlsInfo {
+        client_cert_file: Some(alice.cert.clone()),
+        client_key_file: Some(alice.key.clone()),
+        ..member.clone()
+    };
+    assert!(handshake(server, explicit.client_config().unwrap())
+        .await
+        .is_ok());
+    let half = TlsInfo {
+        client_cert_file: Some(alice.cert.clone()),
+        ..member
+    };
+    assert_eq!(
+        half.outgoing_identity().err().unwrap().to_string(),
+        "ClientKeyFile and ClientCertFile must both be present or both absent"
+    );
+}

@@ -611,3 +611,57 @@ fn common_etcdctl(endpoint: &str, args: &[&str]) -> (bool, String) {
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
     )
 }
+
+/// The same certificates and flags against etcd 3.5: every client that
+/// etcd lets in, oxcd lets in, and every one etcd refuses, oxcd refuses.
+#[test]
+fn refusals_match_etcd_35_with_the_same_certificates() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut pki = pki(dir.path());
+    let revoked = pki.ca.issue("revoked", "bob", &[], Usage::Client);
+    let crl = pki.ca.revoke("crl", &[revoked.serial]);
+    let other_dir = tempfile::tempdir().unwrap();
+    let mut other_ca = TestCa::new(other_dir.path(), "other");
+    let stranger = other_ca.issue("stranger", "mallory", &[], Usage::Client);
+    let mut flags = server_flags(&pki);
+    flags.extend(["--client-crl-file".to_string(), path(&crl).to_string()]);
+    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let Some(etcd) = testkit::start_reference_etcd_with(
+        ETCD_35.0,
+        &dir.path().join("etcd"),
+        "https",
+        &flag_refs,
+    ) else {
+        eprintln!("skipped: no etcd 3.5 at {}", ETCD_35.0);
+        return;
+    };
+    let oxcd = start(&dir.path().join("oxcd"), &flags);
+    let ca = pki.ca.ca_file();
+    let cases: [(&str, Option<&CertFiles>); 4] = [
+        ("a good certificate", Some(&pki.client)),
+        ("no certificate", None),
+        ("another CA's", Some(&stranger)),
+        ("a revoked one", Some(&revoked)),
+    ];
+    for (who, cert) in cases {
+        let (etcd_ok, etcd_out) =
+            etcdctl("etcdctl", etcd.host_port(), &ca, cert, &["put", "k", "v"]);
+        let (oxcd_ok, oxcd_out) =
+            etcdctl("etcdctl", oxcd.host_port(), &ca, cert, &["put", "k", "v"]);
+        assert_eq!(
+            oxcd_ok, etcd_ok,
+            "{who}: etcd {etcd_out:?}, oxcd {oxcd_out:?}"
+        );
+    }
+    for (name, member) in [("etcd", &etcd), ("oxcd", &oxcd)] {
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "5"])
+            .arg(format!("http://{}/health", member.host_port()))
+            .output()
+            .unwrap();
+        assert!(
+            !out.status.success(),
+            "{name} answered plaintext on its TLS port"
+        );
+    }
+}

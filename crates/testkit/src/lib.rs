@@ -212,16 +212,30 @@ pub const ETCD_35: (&str, &str) = ("/opt/etcd-3.5.1/etcd", "/opt/etcd-3.5.1/etcd
 /// A reference etcd on loopback, for differential tests. None when that
 /// binary is not installed.
 pub fn start_reference_etcd(bin: &str, data_dir: &Path) -> Option<Process> {
+    start_reference_etcd_with(bin, data_dir, "http", &[])
+}
+
+/// [`start_reference_etcd`] with a client URL of `scheme` and `extra`
+/// flags (the certificate flags of an `https` one).
+pub fn start_reference_etcd_with(
+    bin: &str,
+    data_dir: &Path,
+    scheme: &str,
+    extra: &[&str],
+) -> Option<Process> {
     let bin = Some(PathBuf::from(bin)).filter(|p| p.exists())?;
     let port = free_port();
     let peer = free_port();
     let mut cmd = Command::new(bin);
     cmd.arg("--data-dir")
         .arg(data_dir)
-        .args(["--listen-client-urls", &format!("http://127.0.0.1:{port}")])
+        .args([
+            "--listen-client-urls",
+            &format!("{scheme}://127.0.0.1:{port}"),
+        ])
         .args([
             "--advertise-client-urls",
-            &format!("http://127.0.0.1:{port}"),
+            &format!("{scheme}://127.0.0.1:{port}"),
         ])
         .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
         .args([
@@ -232,9 +246,10 @@ pub fn start_reference_etcd(bin: &str, data_dir: &Path) -> Option<Process> {
             "--initial-cluster",
             &format!("default=http://127.0.0.1:{peer}"),
         ])
-        .args(["--logger", "zap", "--log-outputs", "stderr"]);
+        .args(["--logger", "zap", "--log-outputs", "stderr"])
+        .args(extra);
     let mut p = Process::spawn(cmd, data_dir);
-    p.endpoint = format!("http://127.0.0.1:{port}");
+    p.endpoint = format!("{scheme}://127.0.0.1:{port}");
     // etcd 3.4's zap logger has no "ready to serve" line; this one comes last.
     if p.wait_for_log("serving client traffic", START_DEADLINE)
         .is_none()

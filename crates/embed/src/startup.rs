@@ -235,19 +235,8 @@ fn client_tls(cfg: &ServerConfig) -> Result<Option<Arc<rustls::ServerConfig>>, S
         return Ok(None);
     }
     let mut info = cfg.client_tls.clone();
-    if cfg.auto_tls && info.has_cert() {
-        tracing::warn!("ignoring client auto TLS since certs given");
-    } else if cfg.auto_tls {
-        let hosts: Vec<String> = cfg
-            .listen_client_urls
-            .iter()
-            .filter_map(|u| url_host(u))
-            .collect();
-        let dir = cfg.data_dir.join("fixtures").join("client");
-        let generated = tls::self_signed(&dir, &hosts, cfg.self_signed_cert_validity)
-            .map_err(|e| StartError::Config(format!("client auto TLS: {e}")))?;
-        info.cert_file = generated.cert_file;
-        info.key_file = generated.key_file;
+    if cfg.auto_tls {
+        auto_tls(cfg, &mut info, "client", &cfg.listen_client_urls)?;
     }
     if !info.has_cert() {
         return Err(StartError::Config(match https_client {
@@ -275,22 +264,7 @@ fn peer_tls(cfg: &ServerConfig) -> Result<Option<consensus::transport::PeerTls>,
         return Ok(None);
     };
     let mut info = cfg.peer_tls.clone();
-    let auto = cfg.peer_auto_tls && !info.has_cert();
-    if cfg.peer_auto_tls && !auto {
-        tracing::warn!("ignoring peer auto TLS since certs given");
-    }
-    if auto {
-        let hosts: Vec<String> = cfg
-            .listen_peer_urls
-            .iter()
-            .filter_map(|u| url_host(u))
-            .collect();
-        let dir = cfg.data_dir.join("fixtures").join("peer");
-        let generated = tls::self_signed(&dir, &hosts, cfg.self_signed_cert_validity)
-            .map_err(|e| StartError::Config(format!("peer auto TLS: {e}")))?;
-        info.cert_file = generated.cert_file;
-        info.key_file = generated.key_file;
-    }
+    let auto = cfg.peer_auto_tls && auto_tls(cfg, &mut info, "peer", &cfg.listen_peer_urls)?;
     if !info.has_cert() {
         return Err(StartError::Config(format!(
             "cannot listen on TLS for {https}: KeyFile and CertFile are not presented"
@@ -309,6 +283,29 @@ fn peer_tls(cfg: &ServerConfig) -> Result<Option<consensus::transport::PeerTls>,
         client,
         skip_client_san_verification: cfg.peer_skip_client_san_verification,
     }))
+}
+
+/// Auto-TLS for one side (`client` or `peer`): without certificate files,
+/// a self-signed certificate for the hosts of `urls` under
+/// `<data-dir>/fixtures/<side>` (etcd's `ClientSelfCert`/`PeerSelfCert`);
+/// returns whether it is used.
+fn auto_tls(
+    cfg: &ServerConfig,
+    info: &mut tls::TlsInfo,
+    side: &str,
+    urls: &[String],
+) -> Result<bool, StartError> {
+    if info.has_cert() {
+        tracing::warn!("ignoring {side} auto TLS since certs given");
+        return Ok(false);
+    }
+    let hosts: Vec<String> = urls.iter().filter_map(|u| url_host(u)).collect();
+    let dir = cfg.data_dir.join("fixtures").join(side);
+    let generated = tls::self_signed(&dir, &hosts, cfg.self_signed_cert_validity)
+        .map_err(|e| StartError::Config(format!("{side} auto TLS: {e}")))?;
+    info.cert_file = generated.cert_file;
+    info.key_file = generated.key_file;
+    Ok(true)
 }
 
 /// The host of a URL (`https://host:port/...`), brackets of an IPv6

@@ -183,10 +183,18 @@ fn etcdctl_34_and_35_and_curl_work_over_tls_with_a_client_certificate() {
     assert!(ok && out.contains("\"kvs\""), "gateway over https: {out}");
 }
 
-#[test]
-fn clients_without_a_good_certificate_are_refused_and_logged_and_others_go_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut pki = pki(dir.path());
+/// A member's PKI, plus a revoked client certificate (in the CRL the flags
+/// name) and one from another CA.
+struct Refusals {
+    pki: Pki,
+    revoked: CertFiles,
+    stranger: CertFiles,
+    flags: Vec<String>,
+    _other_dir: tempfile::TempDir,
+}
+
+fn refusals(dir: &Path) -> Refusals {
+    let mut pki = pki(dir);
     let revoked = pki.ca.issue("revoked", "bob", &[], Usage::Client);
     let crl = pki.ca.revoke("crl", &[revoked.serial]);
     let other_dir = tempfile::tempdir().unwrap();
@@ -194,6 +202,25 @@ fn clients_without_a_good_certificate_are_refused_and_logged_and_others_go_on() 
     let stranger = other_ca.issue("stranger", "mallory", &[], Usage::Client);
     let mut flags = server_flags(&pki);
     flags.extend(["--client-crl-file".to_string(), path(&crl).to_string()]);
+    Refusals {
+        pki,
+        revoked,
+        stranger,
+        flags,
+        _other_dir: other_dir,
+    }
+}
+
+#[test]
+fn clients_without_a_good_certificate_are_refused_and_logged_and_others_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let Refusals {
+        pki,
+        revoked,
+        stranger,
+        flags,
+        _other_dir,
+    } = refusals(dir.path());
     let member = start(&dir.path().join("data"), &flags);
     let ca = pki.ca.ca_file();
     let endpoint = member.host_port().to_string();
@@ -617,14 +644,13 @@ fn common_etcdctl(endpoint: &str, args: &[&str]) -> (bool, String) {
 #[test]
 fn refusals_match_etcd_35_with_the_same_certificates() {
     let dir = tempfile::tempdir().unwrap();
-    let mut pki = pki(dir.path());
-    let revoked = pki.ca.issue("revoked", "bob", &[], Usage::Client);
-    let crl = pki.ca.revoke("crl", &[revoked.serial]);
-    let other_dir = tempfile::tempdir().unwrap();
-    let mut other_ca = TestCa::new(other_dir.path(), "other");
-    let stranger = other_ca.issue("stranger", "mallory", &[], Usage::Client);
-    let mut flags = server_flags(&pki);
-    flags.extend(["--client-crl-file".to_string(), path(&crl).to_string()]);
+    let Refusals {
+        pki,
+        revoked,
+        stranger,
+        flags,
+        _other_dir,
+    } = refusals(dir.path());
     let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
     let Some(etcd) = testkit::start_reference_etcd_with(
         ETCD_35.0,

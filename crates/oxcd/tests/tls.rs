@@ -691,3 +691,30 @@ fn refusals_match_etcd_35_with_the_same_certificates() {
         );
     }
 }
+
+#[test]
+fn a_tls_client_on_a_plaintext_port_is_refused_and_the_port_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki(dir.path());
+    let member = Process::start_oxcd(&oxcd_bin(), &dir.path().join("data"), &[]);
+    let endpoint = member.host_port().to_string();
+    let (ok, out) = curl(&format!("https://{endpoint}/health"), &pki, true);
+    assert!(!ok, "TLS on a plaintext port: {out}");
+    let (ok, out) = etcdctl(
+        "etcdctl",
+        &endpoint,
+        &pki.ca.ca_file(),
+        Some(&pki.client),
+        &["get", "k"],
+    );
+    assert!(!ok, "etcdctl over TLS on a plaintext port: {out}");
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "5"])
+        .arg(format!("http://{endpoint}/health"))
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("\"health\":\"true\""),
+        "plaintext still served"
+    );
+}

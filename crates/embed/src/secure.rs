@@ -2,7 +2,8 @@
 //! handshake runs as its own task (a slow or silent client holds up no
 //! other), bounded by [`HANDSHAKE_TIMEOUT`] (etcd has none on the client
 //! port; a handshake that never finishes would hold its socket forever) and
-//! by [`MAX_HANDSHAKES`] in flight per connection thread. A refused
+//! by [`MAX_HANDSHAKES`] in flight per connection thread (past it a new
+//! connection is closed at once). A refused
 //! handshake is logged as etcd logs it (`rejected connection on client
 //! endpoint`) and closes only its own connection.
 
@@ -22,8 +23,11 @@ use tonic::transport::server::Connected;
 
 /// How long a client may take to finish its handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Handshakes in flight on one connection thread; more wait to start.
-pub const MAX_HANDSHAKES: usize = 256;
+/// Handshakes in flight on one connection thread; past it a new
+/// connection is closed at once (never queued: a flood of silent
+/// connections must not hold up the accept loop, and with it every other
+/// client).
+pub const MAX_HANDSHAKES: usize = 1024;
 
 /// A client connection over TLS.
 pub struct TlsConn(TlsStream<TcpStream>);
@@ -103,9 +107,18 @@ pub fn handshakes(
     let acceptor = TlsAcceptor::from(config);
     let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
     tokio::spawn(async move {
+        let mut refused = 0u64;
         while let Some(stream) = tcp.recv().await {
-            let Ok(slot) = slots.clone().acquire_owned().await else {
-                return;
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                refused += 1;
+                if refused.is_power_of_two() {
+                    tracing::warn!(
+                        refused,
+                        limit = MAX_HANDSHAKES,
+                        "too many TLS handshakes in flight; closing new connections"
+                    );
+                }
+                continue;
             };
             let acceptor = acceptor.clone();
             let ready = ready.clone();

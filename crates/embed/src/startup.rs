@@ -271,7 +271,12 @@ fn peer_tls(cfg: &ServerConfig) -> Result<Option<consensus::transport::PeerTls>,
         )));
     }
     let error = |e: tls::TlsError| StartError::Config(format!("peer TLS: {e}"));
-    let server = info.server_config().map_err(error)?;
+    let mut server = (*info.server_config().map_err(error)?).clone();
+    // raft links say so in their ALPN (consensus::transport::RAFT_ALPN)
+    server
+        .alpn_protocols
+        .push(consensus::transport::RAFT_ALPN.to_vec());
+    let server = Arc::new(server);
     let client = if auto {
         info.insecure_client_config()
     } else {

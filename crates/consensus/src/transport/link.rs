@@ -20,6 +20,10 @@ use crate::RaftHandle;
 /// sender and receiver (u64 little-endian each); then each message is a
 /// u32 little-endian length and an encoded raft `Message`.
 pub const RAFT_MAGIC: &[u8; 8] = b"OXRAFT01";
+/// The ALPN protocol a raft link offers over TLS: the peer listener reads
+/// it from the ClientHello before the handshake, so that the link is
+/// handshaken and served on the raft thread's runtime.
+pub const RAFT_ALPN: &[u8] = b"oxcd-raft";
 const RAFT_HELLO_LEN: usize = 8 + 3 * 8;
 /// A raft link whose peer does not take a batch within this is dropped and
 /// reconnected (etcd's ConnWriteTimeout).
@@ -230,12 +234,14 @@ async fn connect_raft(addr: &str, link: &Link) -> std::io::Result<Box<dyn LinkIo
     tcp.set_nodelay(true)?;
     let mut stream: Box<dyn LinkIo> = match &link.tls {
         Some(config) => {
+            let mut config = (**config).clone();
+            config.alpn_protocols = vec![RAFT_ALPN.to_vec()];
             let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
             let host = host.trim_start_matches('[').trim_end_matches(']');
             let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| {
                 std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{host}: {e}"))
             })?;
-            let tls = tokio_rustls::TlsConnector::from(config.clone())
+            let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
                 .connect(name, tcp)
                 .await?;
             Box::new(tls)
@@ -305,6 +311,37 @@ pub async fn adopt_raft_link(
             transport.serve_raft_link(stream, raft).await;
         }
         drop(guard);
+    });
+}
+
+/// [`adopt_raft_link`] for a raft link over TLS: the connection moves to
+/// the raft thread's runtime untouched (its ClientHello was only peeked
+/// at), where it is handshaken and served.
+pub(crate) async fn adopt_tls_raft_link(
+    stream: tokio::net::TcpStream,
+    config: Arc<rustls::ServerConfig>,
+    transport: Arc<PeerTransport>,
+    raft: RaftHandle,
+    guard: impl Send + 'static,
+) {
+    let io = raft.io_runtime();
+    let serve = |stream: tokio::net::TcpStream| async move {
+        if let Some(tls) = super::listener::accept_peer_tls(stream, config, &transport).await {
+            transport.serve_raft_link(tls, raft).await;
+        }
+        drop(guard);
+    };
+    let Some(io) = io else {
+        serve(stream).await;
+        return;
+    };
+    let Ok(stream) = stream.into_std() else {
+        return;
+    };
+    io.spawn(async move {
+        if let Ok(stream) = tokio::net::TcpStream::from_std(stream) {
+            serve(stream).await;
+        }
     });
 }
 

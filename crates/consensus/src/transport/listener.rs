@@ -169,38 +169,19 @@ async fn sort_tls(
     mut shutdown: watch::Receiver<bool>,
 ) {
     use tokio::io::AsyncReadExt;
-    let info = stream.connect_info();
-    let remote = info.remote_addr.map(|a| a.to_string()).unwrap_or_default();
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    let mut tls = match tokio::time::timeout(PEER_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
-    {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(e)) => {
-            tracing::warn!("remote-addr" = %remote, error = %e, "rejected connection on peer endpoint");
-            return;
+    if offers_raft_alpn(&stream).await == Some(true) {
+        // a raft link: handshaken and served on the raft thread's runtime
+        let link = super::adopt_tls_raft_link(stream, config, transport, raft, permit);
+        tokio::select! {
+            _ = link => {}
+            _ = shutdown.wait_for(|stop| *stop) => {}
         }
-        Err(_) => {
-            tracing::warn!("remote-addr" = %remote, error = "TLS handshake timed out", "rejected connection on peer endpoint");
-            return;
-        }
-    };
-    let skip_san = transport
-        .tls()
-        .is_none_or(|t| t.skip_client_san_verification);
-    if let (false, Some(ip)) = (skip_san, info.remote_addr.map(|a| a.ip())) {
-        let leaf = tls
-            .get_ref()
-            .1
-            .peer_certificates()
-            .and_then(|c| c.first())
-            .cloned();
-        if let Some(leaf) = leaf {
-            if let Err(e) = tls::check_cert_san(&leaf, ip).await {
-                tracing::warn!("remote-addr" = %remote, error = %e, "rejected connection on peer endpoint");
-                return;
-            }
-        }
+        return;
     }
+    let info = stream.connect_info();
+    let Some(mut tls) = accept_peer_tls(stream, config, &transport).await else {
+        return;
+    };
     let mut head = [0u8; super::RAFT_MAGIC.len()];
     let read = tokio::time::timeout(PEER_HANDSHAKE_TIMEOUT, tls.read_exact(&mut head)).await;
     if !matches!(read, Ok(Ok(_))) {
@@ -212,6 +193,7 @@ async fn sort_tls(
         inner: tls,
     };
     if head == *super::RAFT_MAGIC {
+        // a raft link that did not say so in its ALPN: served here
         tokio::select! {
             _ = transport.serve_raft_link(stream, raft) => {}
             _ = shutdown.wait_for(|stop| *stop) => {}
@@ -226,6 +208,87 @@ async fn sort_tls(
             _permit: permit,
         }))
         .await;
+}
+
+/// The TLS handshake of a connection to the peer port, then etcd's SAN
+/// check of its address; a refusal is logged as etcd logs it.
+pub(crate) async fn accept_peer_tls(
+    stream: tokio::net::TcpStream,
+    config: Arc<rustls::ServerConfig>,
+    transport: &PeerTransport,
+) -> Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+    let remote_addr = stream.peer_addr().ok();
+    let remote = remote_addr.map(|a| a.to_string()).unwrap_or_default();
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let refused = |error: &dyn std::fmt::Display| {
+        tracing::warn!("remote-addr" = %remote, error = %error, "rejected connection on peer endpoint");
+    };
+    let tls = match tokio::time::timeout(PEER_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            refused(&e);
+            return None;
+        }
+        Err(_) => {
+            refused(&"TLS handshake timed out");
+            return None;
+        }
+    };
+    let skip_san = transport
+        .tls()
+        .is_none_or(|t| t.skip_client_san_verification);
+    if let (false, Some(ip)) = (skip_san, remote_addr.map(|a| a.ip())) {
+        let leaf = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .cloned();
+        if let Some(leaf) = leaf {
+            if let Err(e) = tls::check_cert_san(&leaf, ip).await {
+                refused(&e);
+                return None;
+            }
+        }
+    }
+    Some(tls)
+}
+
+/// Whether a connection's TLS ClientHello offers ALPN [`super::RAFT_ALPN`],
+/// read by peeking (its bytes stay for the handshake, wherever it runs);
+/// None if it closed or said nothing in time.
+async fn offers_raft_alpn(stream: &tokio::net::TcpStream) -> Option<bool> {
+    let mut buf = vec![0u8; 16 * 1024];
+    let deadline = tokio::time::Instant::now() + PEER_HANDSHAKE_TIMEOUT;
+    loop {
+        let n = tokio::time::timeout_at(deadline, stream.peek(&mut buf))
+            .await
+            .ok()?
+            .ok()?;
+        if n == 0 {
+            return None;
+        }
+        let mut acceptor = rustls::server::Acceptor::default();
+        let mut peeked = &buf[..n];
+        while !peeked.is_empty() {
+            match acceptor.read_tls(&mut peeked) {
+                Ok(0) | Err(_) => return Some(false),
+                Ok(_) => {}
+            }
+        }
+        match acceptor.accept() {
+            Ok(Some(accepted)) => {
+                let alpn = accepted.client_hello().alpn();
+                return Some(alpn.is_some_and(|mut p| p.any(|p| p == super::RAFT_ALPN)));
+            }
+            // not all of the ClientHello yet
+            Ok(None) if n < buf.len() => {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            // not TLS, or more than a ClientHello holds: the handshake decides
+            _ => return Some(false),
+        }
+    }
 }
 
 /// A stream whose first bytes were already read: they are read again
@@ -335,5 +398,52 @@ impl tokio::io::AsyncWrite for PeerConnection {
 
     fn is_write_vectored(&self) -> bool {
         self.stream.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use testkit::pki::{TestCa, Usage};
+
+    /// What the listener sees of a client offering `alpn`.
+    async fn seen(alpn: &[u8]) -> Option<bool> {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ca = TestCa::new(dir.path(), "ca");
+        let member = ca.issue("m", "m", &["127.0.0.1"], Usage::Peer);
+        let client = tls::TlsInfo {
+            trusted_ca_file: Some(ca.ca_file()),
+            cert_file: Some(member.cert.clone()),
+            key_file: Some(member.key.clone()),
+            ..Default::default()
+        }
+        .client_config()
+        .unwrap();
+        let mut client = (*client).clone();
+        client.alpn_protocols = vec![alpn.to_vec()];
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let dial = tokio::spawn(async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+            // the handshake never finishes: nobody answers it
+            let _ = tokio::time::timeout(
+                Duration::from_secs(2),
+                tokio_rustls::TlsConnector::from(Arc::new(client)).connect(name, tcp),
+            )
+            .await;
+        });
+        let (stream, _) = listener.accept().await.unwrap();
+        let seen = offers_raft_alpn(&stream).await;
+        let mut peeked = [0u8; 1];
+        assert_eq!(stream.peek(&mut peeked).await.unwrap(), 1, "the bytes stay");
+        dial.abort();
+        seen
+    }
+
+    #[tokio::test]
+    async fn a_raft_link_is_told_from_grpc_by_its_alpn_before_the_handshake() {
+        assert_eq!(seen(super::super::RAFT_ALPN).await, Some(true));
+        assert_eq!(seen(b"h2").await, Some(false));
     }
 }

@@ -14,7 +14,7 @@ use tokio_rustls::client::TlsStream;
 
 use std::path::PathBuf;
 
-use crate::{file_error, read_certs, read_key, TlsError, TlsInfo, SYSTEM_ROOTS};
+use crate::{file_error, read_certs, ReloadingCert, TlsError, TlsInfo, SYSTEM_ROOTS};
 
 impl TlsInfo {
     /// The certificate and key an outgoing connection presents: the client
@@ -55,14 +55,14 @@ impl TlsInfo {
                 .add(cert)
                 .map_err(|e| file_error(&ca, format!("not a CA certificate: {e}")))?;
         }
-        let builder = ClientConfig::builder_with_provider(provider)
+        let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&versions)
             .map_err(|e| TlsError::Config(e.to_string()))?
             .with_root_certificates(roots);
         let mut config = match (cert, key) {
-            (Some(cert), Some(key)) => builder
-                .with_client_auth_cert(read_certs(cert)?, read_key(key)?)
-                .map_err(|e| file_error(key, e))?,
+            (Some(cert), Some(key)) => builder.with_client_cert_resolver(Arc::new(
+                ReloadingCert::load(cert, key, provider.clone())?,
+            )),
             _ => builder.with_no_client_auth(),
         };
         config.alpn_protocols = vec![b"h2".to_vec()];
@@ -180,11 +180,11 @@ impl TlsInfo {
             .with_protocol_versions(&versions)
             .map_err(|e| TlsError::Config(e.to_string()))?
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(SkipVerification(provider)));
+            .with_custom_certificate_verifier(Arc::new(SkipVerification(provider.clone())));
         let mut config = match self.outgoing_identity()? {
-            (Some(cert), Some(key)) => builder
-                .with_client_auth_cert(read_certs(cert)?, read_key(key)?)
-                .map_err(|e| file_error(key, e))?,
+            (Some(cert), Some(key)) => builder.with_client_cert_resolver(Arc::new(
+                ReloadingCert::load(cert, key, provider.clone())?,
+            )),
             _ => builder.with_no_client_auth(),
         };
         config.alpn_protocols = vec![b"h2".to_vec()];

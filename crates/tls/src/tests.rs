@@ -406,3 +406,32 @@ async fn outgoing_connections_present_the_client_files_when_given() {
         "ClientKeyFile and ClientCertFile must both be present or both absent"
     );
 }
+
+#[tokio::test]
+async fn outgoing_connections_present_the_certificate_as_its_files_are_now() {
+    let mut pki = pki();
+    let alice = pki.ca.issue("alice", "alice", &[], Usage::Client);
+    let carol = pki.ca.issue("carol", "carol", &[], Usage::Client);
+    let server = TlsInfo {
+        trusted_ca_file: Some(pki.ca.ca_file()),
+        allowed_cns: vec!["carol".into()],
+        ..info(&pki)
+    }
+    .server_config()
+    .unwrap();
+    let client = TlsInfo {
+        trusted_ca_file: Some(pki.ca.ca_file()),
+        cert_file: Some(alice.cert.clone()),
+        key_file: Some(alice.key.clone()),
+        ..Default::default()
+    }
+    .client_config()
+    .unwrap();
+    assert!(handshake(server.clone(), client.clone()).await.is_err());
+    std::fs::copy(&carol.key, &alice.key).unwrap();
+    std::fs::copy(&carol.cert, &alice.cert).unwrap();
+    assert!(
+        handshake(server, client).await.is_ok(),
+        "the same client configuration presents the replaced files"
+    );
+}

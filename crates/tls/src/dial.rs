@@ -14,7 +14,8 @@ use tokio_rustls::client::TlsStream;
 
 use std::path::PathBuf;
 
-use crate::{file_error, read_certs, ReloadingCert, TlsError, TlsInfo, SYSTEM_ROOTS};
+use crate::verify::authentication_failed;
+use crate::{file_error, read_certs, Allowed, ReloadingCert, TlsError, TlsInfo, SYSTEM_ROOTS};
 
 impl TlsInfo {
     /// The certificate and key an outgoing connection presents: the client
@@ -57,8 +58,25 @@ impl TlsInfo {
         }
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&versions)
-            .map_err(|e| TlsError::Config(e.to_string()))?
-            .with_root_certificates(roots);
+            .map_err(|e| TlsError::Config(e.to_string()))?;
+        let allowed = Allowed {
+            cns: self.allowed_cns.clone(),
+            hostnames: self.allowed_hostnames.clone(),
+        };
+        let builder = if allowed.cns.is_empty() && allowed.hostnames.is_empty() {
+            builder.with_root_certificates(roots)
+        } else {
+            // etcd's VerifyPeerCertificate checks the servers it dials too
+            let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider.clone(),
+            )
+            .build()
+            .map_err(|e| file_error(&ca, e))?;
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AllowedServer { inner, allowed }))
+        };
         let mut config = match (cert, key) {
             (Some(cert), Some(key)) => builder.with_client_cert_resolver(Arc::new(
                 ReloadingCert::load(cert, key, provider.clone())?,
@@ -116,6 +134,55 @@ impl tower_service::Service<http::Uri> for TlsDialer {
                 .await?;
             Ok(TokioIo::new(tls))
         })
+    }
+}
+
+/// The WebPKI verification of a server's certificate, then etcd's allowed
+/// Common Names or hostnames.
+#[derive(Debug)]
+struct AllowedServer {
+    inner: Arc<rustls::client::WebPkiServerVerifier>,
+    allowed: Allowed,
+}
+
+impl rustls::client::danger::ServerCertVerifier for AllowedServer {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls::pki_types::CertificateDer<'_>,
+        intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        let verified =
+            self.inner
+                .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)?;
+        if !self.allowed.admits(end_entity) {
+            return Err(authentication_failed());
+        }
+        Ok(verified)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.inner.supported_verify_schemes()
     }
 }
 

@@ -435,3 +435,32 @@ async fn outgoing_connections_present_the_certificate_as_its_files_are_now() {
         "the same client configuration presents the replaced files"
     );
 }
+
+#[tokio::test]
+async fn a_member_dials_only_servers_with_an_allowed_common_name() {
+    let mut pki = pki();
+    let alice = pki.ca.issue("alice", "alice", &[], Usage::Client);
+    let server = info(&pki).server_config().unwrap();
+    let dialing = |cns: &[&str]| {
+        TlsInfo {
+            trusted_ca_file: Some(pki.ca.ca_file()),
+            cert_file: Some(alice.cert.clone()),
+            key_file: Some(alice.key.clone()),
+            allowed_cns: cns.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+        .client_config()
+        .unwrap()
+    };
+    // the server's certificate has CN "server"
+    assert!(handshake(server.clone(), dialing(&["server"]))
+        .await
+        .is_ok());
+    let refused = handshake(server, dialing(&["someone-else"])).await;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.contains("client certificate authentication failed")),
+        "{refused:?}"
+    );
+}

@@ -31,7 +31,7 @@ pub struct Allowed {
 
 impl Allowed {
     /// Whether the verified leaf passes (etcd's verifyCertificate).
-    fn admits(&self, leaf: &CertificateDer<'_>) -> bool {
+    pub(crate) fn admits(&self, leaf: &CertificateDer<'_>) -> bool {
         if !self.cns.is_empty() {
             let cn = client_common_name(leaf).unwrap_or_default();
             return self.cns.contains(&cn);
@@ -145,9 +145,7 @@ impl ClientCertVerifier for CrlClientVerifier {
             .inner
             .verify_client_cert(end_entity, intermediates, now)?;
         if !self.allowed.admits(end_entity) {
-            return Err(Error::InvalidCertificate(CertificateError::Other(
-                rustls::OtherError(Arc::new(AuthenticationFailed)),
-            )));
+            return Err(authentication_failed());
         }
         let revoked = match self.revoked() {
             Ok(None) => return Ok(verified),
@@ -192,9 +190,16 @@ impl ClientCertVerifier for CrlClientVerifier {
     }
 }
 
+/// etcd's refusal of a certificate outside the allowed CNs or hostnames.
+pub(crate) fn authentication_failed() -> Error {
+    Error::InvalidCertificate(CertificateError::Other(rustls::OtherError(Arc::new(
+        AuthenticationFailed,
+    ))))
+}
+
 /// etcd's error for a certificate outside the allowed CNs or hostnames
 /// (its Debug form is what rustls's error shows, so it says the same).
-struct AuthenticationFailed;
+pub(crate) struct AuthenticationFailed;
 
 impl std::fmt::Debug for AuthenticationFailed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

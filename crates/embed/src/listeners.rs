@@ -78,9 +78,10 @@ pub(crate) fn serve_clients(
     server: Arc<EtcdServer>,
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
+    serves: Serves,
     mut shutdown: watch::Receiver<bool>,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let routes = client_routes(&server, &shutdown);
+    let routes = client_routes(&server, &shutdown, serves);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut workers = Vec::with_capacity(threads);
     for i in 0..threads {
@@ -131,9 +132,19 @@ pub(crate) fn serve_clients(
 /// What the client port serves: etcd's gRPC services (requests up to
 /// `--max-request-bytes` plus gRPC's overhead, responses unbounded as etcd's
 /// `math.MaxInt32`), the JSON gateway and the HTTP routes.
+/// What a client listener serves: both (etcd's default), or, with
+/// `--listen-client-http-urls`, gRPC alone on the client URLs and HTTP
+/// alone (the gateway, /health, /version, /metrics) on the HTTP URLs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Serves {
+    pub(crate) grpc: bool,
+    pub(crate) http: bool,
+}
+
 fn client_routes(
     server: &Arc<EtcdServer>,
     shutdown: &watch::Receiver<bool>,
+    serves: Serves,
 ) -> tonic::service::Routes {
     let max_request = server.cfg.max_request_bytes + GRPC_OVERHEAD_BYTES;
     macro_rules! limits {
@@ -169,10 +180,13 @@ fn client_routes(
         .clone()
         .routes();
     let gateway = Arc::new(Gateway::new(server.clone(), shutdown.clone(), own_client));
-    tonic::service::Routes::from(etcdhttp::with_fallback(
-        grpc.into_axum_router()
-            .merge(etcdhttp::client_router(server.clone(), gateway)),
-    ))
+    let http = etcdhttp::client_router(server.clone(), gateway);
+    let router = match (serves.grpc, serves.http) {
+        (true, true) => grpc.into_axum_router().merge(http),
+        (true, false) => grpc.into_axum_router(),
+        (false, _) => http,
+    };
+    tonic::service::Routes::from(etcdhttp::with_fallback(router))
 }
 
 /// Connections accepted but not yet taken by their connection thread.

@@ -12,7 +12,7 @@ use consensus::{RaftConfig, RaftHandle};
 use mvcc::Store;
 use tokio::sync::watch;
 
-use crate::listeners::{bind, serve_clients, serve_metrics, serve_peers};
+use crate::listeners::{bind, serve_clients, serve_metrics, serve_peers, Serves};
 use etcdserver::alarms::Alarms;
 use etcdserver::apply::{ApplyLoop, StateMachine};
 use etcdserver::bootstrap::{
@@ -82,6 +82,18 @@ impl Member {
 pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     let identity = identity(&cfg)?;
     let client_addrs = parse_urls(&cfg.listen_client_urls)?;
+    let http_addrs = parse_urls(&cfg.listen_client_http_urls)?;
+    if let Some(url) = cfg
+        .listen_client_http_urls
+        .iter()
+        .zip(&http_addrs)
+        .find(|(_, addr)| client_addrs.contains(addr))
+        .map(|(url, _)| url)
+    {
+        return Err(StartError::Config(format!(
+            "cannot bind both --client-listen-urls and --client-listen-http-urls on the same url {url}"
+        )));
+    }
     let metrics_addrs = parse_urls(&cfg.listen_metrics_urls)?;
     let client_tls = client_tls(&cfg)?;
     let peer_tls = peer_tls(&cfg)?;
@@ -149,7 +161,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
             return Err(StartError::Corrupt(reason));
         }
     }
-    let addrs = (client_addrs, metrics_addrs);
+    let addrs = (client_addrs, http_addrs, metrics_addrs);
     serve_client_urls(&mut member, addrs, client_tls, &shutdown_rx).await?;
     start_background_loops(&mut member, &shutdown_rx);
     Ok(member)
@@ -191,22 +203,50 @@ async fn serve_peer_urls(
 /// (`--listen-metrics-urls`), resolved beforehand.
 async fn serve_client_urls(
     member: &mut Member,
-    (client_addrs, metrics_addrs): (Vec<SocketAddr>, Vec<SocketAddr>),
+    (client_addrs, http_addrs, metrics_addrs): (Vec<SocketAddr>, Vec<SocketAddr>, Vec<SocketAddr>),
     tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: &watch::Receiver<bool>,
 ) -> Result<(), StartError> {
     let cfg = member.server.cfg.clone();
     let tls_for = |url: &str| is_tls_url(url).then(|| tls.clone()).flatten();
-    for (url, addr) in cfg.listen_client_urls.iter().zip(client_addrs) {
+    let split = !cfg.listen_client_http_urls.is_empty();
+    let client = Serves {
+        grpc: true,
+        http: !split,
+    };
+    let http_only = Serves {
+        grpc: false,
+        http: true,
+    };
+    let listeners = (cfg
+        .listen_client_urls
+        .iter()
+        .zip(client_addrs)
+        .map(|u| (u, client)))
+    .chain(
+        cfg.listen_client_http_urls
+            .iter()
+            .zip(http_addrs)
+            .map(|u| (u, http_only)),
+    );
+    for ((url, addr), serves) in listeners {
         let (listener, local) = bind(url, addr).await?;
-        member.client_addrs.push(local);
+        if serves.grpc {
+            member.client_addrs.push(local);
+        }
         let secure = tls_for(url);
         if secure.is_some() {
             tracing::info!(address = %local, "serving client traffic securely");
         } else {
             tracing::warn!(address = %local, "serving client traffic insecurely; this is strongly discouraged!");
         }
-        let serve = serve_clients(member.server.clone(), listener, secure, shutdown.clone());
+        let serve = serve_clients(
+            member.server.clone(),
+            listener,
+            secure,
+            serves,
+            shutdown.clone(),
+        );
         member.serving.push(tokio::spawn(serve));
     }
     for (url, addr) in cfg.listen_metrics_urls.iter().zip(metrics_addrs) {
@@ -226,7 +266,13 @@ async fn serve_client_urls(
 /// The client port's TLS configuration when a client or metrics URL is
 /// `https://`, checked as etcd checks it (server/embed/etcd.go).
 fn client_tls(cfg: &ServerConfig) -> Result<Option<Arc<rustls::ServerConfig>>, StartError> {
-    let https_client = cfg.listen_client_urls.iter().find(|u| is_tls_url(u));
+    let client_urls: Vec<String> = cfg
+        .listen_client_urls
+        .iter()
+        .chain(&cfg.listen_client_http_urls)
+        .cloned()
+        .collect();
+    let https_client = client_urls.iter().find(|u| is_tls_url(u));
     let https_metrics = cfg.listen_metrics_urls.iter().any(|u| is_tls_url(u));
     if https_client.is_none() && !https_metrics {
         if cfg.client_tls.client_cert_auth {
@@ -236,7 +282,7 @@ fn client_tls(cfg: &ServerConfig) -> Result<Option<Arc<rustls::ServerConfig>>, S
     }
     let mut info = cfg.client_tls.clone();
     if cfg.auto_tls {
-        auto_tls(cfg, &mut info, "client", &cfg.listen_client_urls)?;
+        auto_tls(cfg, &mut info, "client", &client_urls)?;
     }
     if !info.has_cert() {
         return Err(StartError::Config(match https_client {

@@ -13,6 +13,10 @@ pub struct ServerConfig {
     pub name: String,
     pub data_dir: PathBuf,
     pub listen_client_urls: Vec<String>,
+    /// `--listen-client-http-urls` (etcd 3.5.8+): URLs serving HTTP alone
+    /// (the gateway, /health, /version, /metrics); when set, the client
+    /// URLs serve gRPC alone.
+    pub listen_client_http_urls: Vec<String>,
     pub advertise_client_urls: Vec<String>,
     pub listen_peer_urls: Vec<String>,
     pub initial_advertise_peer_urls: Vec<String>,
@@ -102,6 +106,7 @@ impl Default for ServerConfig {
             name: "default".into(),
             data_dir: PathBuf::from("default.oxcd"),
             listen_client_urls: vec!["http://localhost:2379".into()],
+            listen_client_http_urls: Vec::new(),
             advertise_client_urls: vec!["http://localhost:2379".into()],
             listen_peer_urls: vec!["http://localhost:2380".into()],
             initial_advertise_peer_urls: vec!["http://localhost:2380".into()],

@@ -35,6 +35,9 @@ struct Flags {
         default_value = "http://localhost:2379"
     )]
     listen_client_urls: String,
+    /// List of URLs to listen on for http only client traffic. Enabling this flag removes http services from --listen-client-urls.
+    #[arg(long, env = "ETCD_LISTEN_CLIENT_HTTP_URLS", default_value = "")]
+    listen_client_http_urls: String,
     /// List of this member's client URLs to advertise to the public.
     #[arg(
         long,
@@ -281,6 +284,7 @@ fn parse_go_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(total))
 }
 
+/// etcd's comma-separated list flags (URLs, names): empty items dropped.
 fn split_urls(s: &str) -> Vec<String> {
     s.split(',')
         .map(str::trim)
@@ -294,8 +298,8 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
     let peer_tls = tls::TlsInfo {
         client_cert_file: path(&flags.peer_client_cert_file),
         client_key_file: path(&flags.peer_client_key_file),
-        allowed_cns: comma_list(&flags.peer_cert_allowed_cn),
-        allowed_hostnames: comma_list(&flags.peer_cert_allowed_hostname),
+        allowed_cns: split_urls(&flags.peer_cert_allowed_cn),
+        allowed_hostnames: split_urls(&flags.peer_cert_allowed_hostname),
         ..tls_info(
             [
                 &flags.peer_cert_file,
@@ -353,6 +357,7 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
             .unwrap_or_else(|| PathBuf::from(format!("{}.oxcd", flags.name))),
         name: flags.name,
         listen_client_urls: split_urls(&flags.listen_client_urls),
+        listen_client_http_urls: split_urls(&flags.listen_client_http_urls),
         advertise_client_urls: split_urls(&flags.advertise_client_urls),
         listen_peer_urls: split_urls(&flags.listen_peer_urls),
         initial_advertise_peer_urls: advertise_peer,
@@ -397,7 +402,7 @@ fn client_tls(flags: &Flags) -> tls::TlsInfo {
     tls::TlsInfo {
         client_cert_file: path(&flags.client_cert_file),
         client_key_file: path(&flags.client_key_file),
-        allowed_hostnames: comma_list(&flags.client_cert_allowed_hostname),
+        allowed_hostnames: split_urls(&flags.client_cert_allowed_hostname),
         ..tls_info(
             [
                 &flags.cert_file,
@@ -416,16 +421,6 @@ fn path(value: &str) -> Option<std::path::PathBuf> {
     (!value.is_empty()).then(|| std::path::PathBuf::from(value))
 }
 
-/// etcd's comma-separated list flags: empty items dropped.
-fn comma_list(value: &str) -> Vec<String> {
-    value
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect()
-}
-
 /// One side's TLS flags: [cert, key, trusted CA, CRL] files, client
 /// certificate auth, and the cipher suites and versions both sides share.
 fn tls_info(files: [&String; 4], client_cert_auth: bool, flags: &Flags) -> tls::TlsInfo {
@@ -436,7 +431,7 @@ fn tls_info(files: [&String; 4], client_cert_auth: bool, flags: &Flags) -> tls::
         trusted_ca_file: path(ca),
         client_cert_auth,
         crl_file: path(crl),
-        cipher_suites: comma_list(&flags.cipher_suites),
+        cipher_suites: split_urls(&flags.cipher_suites),
         min_version: Some(flags.tls_min_version.clone()),
         max_version: Some(flags.tls_max_version.clone()),
         ..Default::default()

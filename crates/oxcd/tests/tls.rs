@@ -777,3 +777,46 @@ fn a_tls_client_on_a_plaintext_port_is_refused_and_the_port_goes_on() {
         "plaintext still served"
     );
 }
+
+/// `--listen-client-http-urls` (etcd 3.5.8+): HTTP alone there, gRPC alone
+/// on the client URLs.
+#[test]
+fn listen_client_http_urls_split_http_from_grpc() {
+    let dir = tempfile::tempdir().unwrap();
+    let http_port = testkit::free_port();
+    let http_url = format!("http://127.0.0.1:{http_port}");
+    let member = Process::start_oxcd(
+        &oxcd_bin(),
+        &dir.path().join("data"),
+        &["--listen-client-http-urls", &http_url],
+    );
+    let grpc = member.host_port().to_string();
+    let (ok, out) = common_etcdctl(&grpc, &["put", "k", "v"]);
+    assert!(ok, "gRPC on the client URL: {out}");
+    let (ok, _) = common_etcdctl(&format!("127.0.0.1:{http_port}"), &["get", "k"]);
+    assert!(!ok, "gRPC on the HTTP-only URL");
+    let health = |base: &str| {
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "5"])
+            .arg(format!("{base}/health"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(health(&http_url).contains("\"health\":\"true\""));
+    assert!(
+        !health(&format!("http://{grpc}")).contains("health"),
+        "no HTTP on the gRPC URL"
+    );
+
+    let mut clash = Process::launch_oxcd_with(
+        &oxcd_bin(),
+        &dir.path().join("data2"),
+        "http",
+        &["--listen-client-http-urls", "http://127.0.0.1:0"],
+    );
+    assert!(!clash.wait_exit(Duration::from_secs(30)).unwrap().success());
+    assert!(clash.log_text().contains(
+        "cannot bind both --client-listen-urls and --client-listen-http-urls on the same url"
+    ));
+}

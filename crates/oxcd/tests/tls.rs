@@ -820,3 +820,80 @@ fn listen_client_http_urls_split_http_from_grpc() {
         "cannot bind both --client-listen-urls and --client-listen-http-urls on the same url"
     ));
 }
+
+/// `--tls-min-version`, `--tls-max-version` and `--cipher-suites` refused
+/// as etcd 3.5.16 refuses them (3.5.1 has no version flags: skipped there).
+#[test]
+fn tls_version_refusals_match_etcd_3516() {
+    const ETCD_3516: &str = "/opt/etcd-3.5.16/etcd";
+    if !Path::new(ETCD_3516).exists() {
+        eprintln!("skipped: no etcd 3.5.16 at {ETCD_3516}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki(dir.path());
+    let cases: [&[&str]; 3] = [
+        &["--tls-min-version", "TLS1.1"],
+        &["--tls-min-version", "TLS1.3", "--tls-max-version", "TLS1.2"],
+        &[
+            "--tls-min-version",
+            "TLS1.3",
+            "--cipher-suites",
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+        ],
+    ];
+    let expected = [
+        r#"unexpected TLS version \"TLS1.1\" (must be one of: TLS1.2, TLS1.3)"#,
+        "min version (TLS1.3) is greater than max version (TLS1.2)",
+        "cipher suites cannot be configured when only TLS1.3 is enabled",
+    ];
+    for (i, (case, want)) in cases.iter().zip(expected).enumerate() {
+        let mut flags = vec![
+            "--cert-file",
+            path(&pki.server.cert),
+            "--key-file",
+            path(&pki.server.key),
+        ];
+        flags.extend_from_slice(case);
+        let port = testkit::free_port();
+        let url = format!("https://127.0.0.1:{port}");
+        let etcd = Command::new(ETCD_3516)
+            .arg("--data-dir")
+            .arg(dir.path().join(format!("etcd{i}")))
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &format!("http://127.0.0.1:{}", testkit::free_port()),
+            ])
+            .args(&flags)
+            .output()
+            .unwrap();
+        let etcd_said = String::from_utf8_lossy(&etcd.stderr).into_owned();
+        assert!(!etcd.status.success(), "etcd started with {case:?}");
+        let mut oxcd = Process::launch_oxcd_with(
+            &oxcd_bin(),
+            &dir.path().join(format!("oxcd{i}")),
+            "https",
+            &flags,
+        );
+        assert!(
+            !oxcd.wait_exit(Duration::from_secs(30)).unwrap().success(),
+            "oxcd started with {case:?}"
+        );
+        let unquoted = want.replace("\\\"", "\"");
+        assert!(
+            etcd_said.contains(want) || etcd_said.contains(&unquoted),
+            "etcd 3.5.16 said {etcd_said}"
+        );
+        let log = oxcd.log_text();
+        assert!(
+            log.contains(want) || log.contains(&unquoted),
+            "{case:?}: oxcd said {log}"
+        );
+    }
+}

@@ -8,14 +8,14 @@ use std::task::{Context, Poll};
 
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
-use rustls::{ClientConfig, RootCertStore};
+use rustls::ClientConfig;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
 use std::path::PathBuf;
 
 use crate::verify::authentication_failed;
-use crate::{file_error, read_certs, Allowed, ReloadingCert, TlsError, TlsInfo, SYSTEM_ROOTS};
+use crate::{file_error, Allowed, ReloadingCert, TlsError, TlsInfo};
 
 impl TlsInfo {
     /// The certificate and key an outgoing connection presents: the client
@@ -46,16 +46,7 @@ impl TlsInfo {
         let (cert, key) = self.outgoing_identity()?;
         let (provider, versions) = self.provider()?;
         let versions: Vec<_> = versions.iter().map(|v| v.rustls()).collect();
-        let ca = self
-            .trusted_ca_file
-            .clone()
-            .unwrap_or_else(|| SYSTEM_ROOTS.into());
-        let mut roots = RootCertStore::empty();
-        for cert in read_certs(&ca)? {
-            roots
-                .add(cert)
-                .map_err(|e| file_error(&ca, format!("not a CA certificate: {e}")))?;
-        }
+        let (ca, roots) = self.trusted_roots()?;
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&versions)
             .map_err(|e| TlsError::Config(e.to_string()))?;
@@ -68,7 +59,7 @@ impl TlsInfo {
         } else {
             // etcd's VerifyPeerCertificate checks the servers it dials too
             let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(
-                Arc::new(roots),
+                roots,
                 provider.clone(),
             )
             .build()

@@ -177,15 +177,9 @@ impl TlsInfo {
         Ok(Arc::new(config))
     }
 
-    /// etcd: `if TrustedCAFile != "" || ClientCertAuth { RequireAndVerifyClientCert }`;
-    /// without a CA file, the system's roots.
-    fn client_verifier(
-        &self,
-        provider: &Arc<CryptoProvider>,
-    ) -> Result<Option<Arc<dyn ClientCertVerifier>>, TlsError> {
-        if self.trusted_ca_file.is_none() && !self.client_cert_auth {
-            return Ok(None);
-        }
+    /// The trusted CA file (the system's roots without one) and its
+    /// certificates as a root store.
+    fn trusted_roots(&self) -> Result<(PathBuf, Arc<RootCertStore>), TlsError> {
         let ca = self
             .trusted_ca_file
             .clone()
@@ -196,7 +190,20 @@ impl TlsInfo {
                 .add(cert)
                 .map_err(|e| file_error(&ca, format!("not a CA certificate: {e}")))?;
         }
-        let inner = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        Ok((ca, Arc::new(roots)))
+    }
+
+    /// etcd: `if TrustedCAFile != "" || ClientCertAuth { RequireAndVerifyClientCert }`;
+    /// without a CA file, the system's roots.
+    fn client_verifier(
+        &self,
+        provider: &Arc<CryptoProvider>,
+    ) -> Result<Option<Arc<dyn ClientCertVerifier>>, TlsError> {
+        if self.trusted_ca_file.is_none() && !self.client_cert_auth {
+            return Ok(None);
+        }
+        let (ca, roots) = self.trusted_roots()?;
+        let inner = WebPkiClientVerifier::builder_with_provider(roots, provider.clone())
             .build()
             .map_err(|e| file_error(&ca, e))?;
         Ok(Some(Arc::new(CrlClientVerifier::new(

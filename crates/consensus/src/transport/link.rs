@@ -290,44 +290,27 @@ pub async fn is_raft_link(stream: &tokio::net::TcpStream) -> Option<bool> {
 
 /// Serves a raft link accepted on the peer listener on the raft thread's
 /// runtime, so that its messages reach raft without a thread wake-up (on
-/// the caller's runtime until the raft thread has started). `guard` is
-/// held while the link lasts (the listener's connection permit).
+/// the caller's runtime until the raft thread has started). Over TLS
+/// (`tls`), the connection moves untouched (its ClientHello was only peeked
+/// at) and is handshaken there. `guard` is held while the link lasts (the
+/// listener's connection permit).
 pub async fn adopt_raft_link(
     stream: tokio::net::TcpStream,
-    transport: Arc<PeerTransport>,
-    raft: RaftHandle,
-    guard: impl Send + 'static,
-) {
-    let Some(io) = raft.io_runtime() else {
-        transport.serve_raft_link(stream, raft).await;
-        drop(guard);
-        return;
-    };
-    let Ok(stream) = stream.into_std() else {
-        return;
-    };
-    io.spawn(async move {
-        if let Ok(stream) = tokio::net::TcpStream::from_std(stream) {
-            transport.serve_raft_link(stream, raft).await;
-        }
-        drop(guard);
-    });
-}
-
-/// [`adopt_raft_link`] for a raft link over TLS: the connection moves to
-/// the raft thread's runtime untouched (its ClientHello was only peeked
-/// at), where it is handshaken and served.
-pub(crate) async fn adopt_tls_raft_link(
-    stream: tokio::net::TcpStream,
-    config: Arc<rustls::ServerConfig>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     transport: Arc<PeerTransport>,
     raft: RaftHandle,
     guard: impl Send + 'static,
 ) {
     let io = raft.io_runtime();
     let serve = |stream: tokio::net::TcpStream| async move {
-        if let Some(tls) = super::listener::accept_peer_tls(stream, config, &transport).await {
-            transport.serve_raft_link(tls, raft).await;
+        match tls {
+            None => transport.serve_raft_link(stream, raft).await,
+            Some(config) => {
+                let tls = super::listener::accept_peer_tls(stream, config, &transport).await;
+                if let Some(tls) = tls {
+                    transport.serve_raft_link(tls, raft).await;
+                }
+            }
         }
         drop(guard);
     };

@@ -131,7 +131,7 @@ async fn sort_plain(
     match super::is_raft_link(&stream).await {
         Some(true) => {
             // on the raft thread, which ends it when it stops
-            let link = super::adopt_raft_link(stream, transport, raft, permit);
+            let link = super::adopt_raft_link(stream, None, transport, raft, permit);
             tokio::select! {
                 _ = link => {}
                 _ = shutdown.wait_for(|stop| *stop) => {}
@@ -155,10 +155,9 @@ async fn sort_plain(
 /// (etcd: the peer listener's 5 s read and write deadlines).
 const PEER_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A TLS connection: the handshake, then the first bytes read (and kept
-/// for whoever serves it) to sort it. A raft link over TLS is served on
-/// this runtime, not moved to the raft thread's (a TLS session cannot
-/// change runtimes).
+/// A TLS connection: a raft link says so in its ClientHello's ALPN
+/// ([`super::RAFT_ALPN`]) and is handshaken on the raft thread's runtime;
+/// anything else is handshaken here and served as gRPC.
 async fn sort_tls(
     stream: tokio::net::TcpStream,
     config: Arc<rustls::ServerConfig>,
@@ -168,10 +167,9 @@ async fn sort_tls(
     permit: OwnedSemaphorePermit,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    use tokio::io::AsyncReadExt;
     if offers_raft_alpn(&stream).await == Some(true) {
         // a raft link: handshaken and served on the raft thread's runtime
-        let link = super::adopt_tls_raft_link(stream, config, transport, raft, permit);
+        let link = super::adopt_raft_link(stream, Some(config), transport, raft, permit);
         tokio::select! {
             _ = link => {}
             _ = shutdown.wait_for(|stop| *stop) => {}
@@ -179,31 +177,12 @@ async fn sort_tls(
         return;
     }
     let info = stream.connect_info();
-    let Some(mut tls) = accept_peer_tls(stream, config, &transport).await else {
+    let Some(tls) = accept_peer_tls(stream, config, &transport).await else {
         return;
     };
-    let mut head = [0u8; super::RAFT_MAGIC.len()];
-    let read = tokio::time::timeout(PEER_HANDSHAKE_TIMEOUT, tls.read_exact(&mut head)).await;
-    if !matches!(read, Ok(Ok(_))) {
-        return;
-    }
-    let stream = Prefixed {
-        head: head.to_vec(),
-        at: 0,
-        inner: tls,
-    };
-    if head == *super::RAFT_MAGIC {
-        // a raft link that did not say so in its ALPN: served here
-        tokio::select! {
-            _ = transport.serve_raft_link(stream, raft) => {}
-            _ = shutdown.wait_for(|stop| *stop) => {}
-        }
-        drop(permit);
-        return;
-    }
     let _ = grpc
         .send(Ok(PeerConnection {
-            stream: Box::new(stream),
+            stream: Box::new(tls),
             info,
             _permit: permit,
         }))
@@ -288,55 +267,6 @@ async fn offers_raft_alpn(stream: &tokio::net::TcpStream) -> Option<bool> {
             // not TLS, or more than a ClientHello holds: the handshake decides
             _ => return Some(false),
         }
-    }
-}
-
-/// A stream whose first bytes were already read: they are read again
-/// before the rest.
-struct Prefixed<S> {
-    head: Vec<u8>,
-    at: usize,
-    inner: S,
-}
-
-impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Prefixed<S> {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        if self.at < self.head.len() {
-            let n = (self.head.len() - self.at).min(buf.remaining());
-            let at = self.at;
-            buf.put_slice(&self.head[at..at + n]);
-            self.at += n;
-            return std::task::Poll::Ready(Ok(()));
-        }
-        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Prefixed<S> {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 

@@ -33,7 +33,6 @@ mod service;
 mod snapshot;
 
 pub use dial::{channel, lazy_channel, PeerTls};
-use link::adopt_tls_raft_link;
 pub use link::{
     adopt_raft_link, is_raft_link, MAX_PEER_MESSAGE_BYTES, MAX_RAFT_LINK_BUFFERED_BYTES,
     PROBE_INTERVAL, RAFT_ALPN, RAFT_MAGIC,

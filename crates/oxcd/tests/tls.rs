@@ -503,11 +503,11 @@ fn a_three_member_cluster_replicates_over_peer_tls_with_client_certificates() {
         .env("ETCDCTL_API", "3")
         .args(["--endpoints", &endpoint(2), "--cacert", path(&ca_file)])
         .args(["--cert", path(&client.cert), "--key", path(&client.key)])
-        .args(["watch", "k"])
+        // from revision 1: the put is seen however late the watch starts
+        .args(["watch", "k", "--rev", "1"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
     let (ok, out) = etcdctl(
         "etcdctl",
         &endpoint(0),
@@ -534,22 +534,29 @@ fn a_three_member_cluster_replicates_over_peer_tls_with_client_certificates() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let mut seen = String::new();
-    let mut stdout = watch.stdout.take().unwrap();
+    // the watch prints the event line by line: read until the value (or
+    // until the process is killed at the deadline)
+    let stdout = watch.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
-        let mut buf = [0u8; 256];
-        let n = stdout.read(&mut buf).unwrap_or(0);
-        String::from_utf8_lossy(&buf[..n]).into_owned()
+        use std::io::BufRead;
+        let mut seen = String::new();
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains("over peer tls") {
+                break;
+            }
+        }
+        seen
     });
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !reader.is_finished() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = watch.kill();
     let _ = watch.wait();
-    if let Ok(out) = reader.join() {
-        seen = out;
-    }
+    let seen = reader.join().unwrap_or_default();
     assert!(
         seen.contains("PUT") && seen.contains("over peer tls"),
         "watch over TLS saw {seen:?}"

@@ -140,9 +140,15 @@ fn read_value(field: &FieldDescriptor, value: &Value) -> Result<Field, Status> {
         Kind::Bytes => Field::Bytes(json::bytes(value)?.into()),
         Kind::Enum(kind) => Field::EnumNumber(read_enum(&kind, value)?),
         Kind::Message(desc) => Field::Message(read_message(&desc, value)?),
-        Kind::Double | Kind::Float => match value {
+        // (no etcd request has one; each kind gets its own value type, as
+        // DynamicMessage::set_field requires)
+        Kind::Double => match value {
             Value::Number(n) => Field::F64(n.as_f64().unwrap_or_default()),
             other => return Err(unmarshal(other, "float64")),
+        },
+        Kind::Float => match value {
+            Value::Number(n) => Field::F32(n.as_f64().unwrap_or_default() as f32),
+            other => return Err(unmarshal(other, "float32")),
         },
     })
 }

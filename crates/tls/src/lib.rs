@@ -5,7 +5,8 @@
 //! listener, the CA that client certificates must chain to, the CRL, the
 //! cipher suites and TLS versions, each with etcd's validation and
 //! messages. [`TlsInfo::server_config`] turns it into a rustls server
-//! configuration (ring provider; no OpenSSL) that:
+//! configuration (ring provider, with ECDSA P-521 added from RustCrypto for
+//! etcd's auto-TLS keys: see `nistp521`; no OpenSSL) that:
 //! - offers ALPN `h2` and `http/1.1` (etcd offers only `h2`, but Go lets a
 //!   client offering only `http/1.1` through, which rustls would refuse);
 //! - re-reads the certificate and key when their files change, for new
@@ -25,10 +26,12 @@
 //! transport own them), the member.
 
 mod dial;
+mod nistp521;
 mod reload;
 mod selfcert;
 mod verify;
 mod versions;
+mod x509;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -119,7 +122,7 @@ impl TlsInfo {
                 "min version ({min}) is greater than max version ({max})"
             )));
         }
-        let mut provider = rustls::crypto::ring::default_provider();
+        let mut provider = nistp521::with_p521(rustls::crypto::ring::default_provider());
         if !self.cipher_suites.is_empty() {
             if min == TlsVersion::Tls13 {
                 return Err(TlsError::Config(

@@ -6,18 +6,21 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair, SanType};
+use p521::elliptic_curve::rand_core::OsRng;
+use p521::pkcs8::LineEnding;
 
+use p521::elliptic_curve::zeroize::Zeroizing;
+
+use crate::x509::{sec1_p521, sign_p521, Name, Purpose, Template};
 use crate::{file_error, TlsError, TlsInfo};
 
 /// etcd's `SelfCert`: `<dir>/cert.pem` and `<dir>/key.pem` (mode 0600) for
-/// `hosts` (IP addresses as IP SANs, other names as DNS SANs), subject
-/// `O=etcd` with no Common Name, for server authentication, valid for
-/// `validity_years` × 365 days. Files already there are reused as they are
-/// (etcd checks neither their hosts nor their expiry).
-///
-/// One difference: the key is ECDSA P-384 where etcd's is P-521, which the
-/// ring provider (as every TLS stack built on it) cannot sign or verify.
+/// `hosts` (IP addresses as IP SANs, other names as DNS SANs), an ECDSA
+/// P-521 key (a SEC1 "EC PRIVATE KEY", as Go's `MarshalECPrivateKey`
+/// writes it), subject `O=etcd` with no Common Name, for server
+/// authentication, valid for `validity_years` × 365 days. Files already
+/// there are reused as they are (etcd checks neither their hosts nor their
+/// expiry), so a data dir etcd wrote keeps its certificates.
 pub fn self_signed(dir: &Path, hosts: &[String], validity_years: u32) -> Result<TlsInfo, TlsError> {
     let cert_path = dir.join("cert.pem");
     let key_path = dir.join("key.pem");
@@ -30,47 +33,42 @@ pub fn self_signed(dir: &Path, hosts: &[String], validity_years: u32) -> Result<
         return Ok(info);
     }
     std::fs::create_dir_all(dir).map_err(|e| file_error(dir, e))?;
-    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384)
-        .map_err(|e| TlsError::Config(format!("cannot generate a key: {e}")))?;
-    let mut params = CertificateParams::new(Vec::<String>::new())
-        .map_err(|e| TlsError::Config(e.to_string()))?;
-    params.distinguished_name = rcgen::DistinguishedName::new();
-    params
-        .distinguished_name
-        .push(DnType::OrganizationName, "etcd");
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.key_usages = vec![
-        rcgen::KeyUsagePurpose::KeyEncipherment,
-        rcgen::KeyUsagePurpose::DigitalSignature,
-    ];
+    let mut unique: Vec<String> = Vec::with_capacity(hosts.len());
     for host in hosts {
-        let san = match host.parse::<std::net::IpAddr>() {
-            Ok(ip) => SanType::IpAddress(ip),
-            Err(_) => SanType::DnsName(
-                host.clone()
-                    .try_into()
-                    .map_err(|e| TlsError::Config(format!("host {host:?}: {e}")))?,
-            ),
-        };
-        if !params.subject_alt_names.contains(&san) {
-            params.subject_alt_names.push(san);
+        if !unique.contains(host) {
+            unique.push(host.clone());
         }
     }
-    let now = time::OffsetDateTime::now_utc();
-    params.not_before = now;
-    let not_after = now + time::Duration::days(365 * i64::from(validity_years.max(1)));
-    params.not_after = not_after;
-    let cert = params
-        .self_signed(&key)
-        .map_err(|e| TlsError::Config(format!("cannot sign the certificate: {e}")))?;
-    write_private(&key_path, key.serialize_pem().as_bytes())?;
-    std::fs::write(&cert_path, cert.pem()).map_err(|e| file_error(&cert_path, e))?;
+    let key = p521::SecretKey::random(&mut OsRng);
+    let subject = Name {
+        organization: Some("etcd".into()),
+        common_name: None,
+    };
+    let not_before = time::OffsetDateTime::now_utc();
+    let not_after = not_before + time::Duration::days(365 * i64::from(validity_years.max(1)));
+    let template = Template {
+        subject: subject.clone(),
+        not_before,
+        not_after,
+        is_ca: false,
+        purposes: &[Purpose::ServerAuth],
+        hosts: &unique,
+    };
     tracing::warn!(
-        "cert-file" = %cert_path.display(),
-        "key-file" = %key_path.display(),
         "certificate-validity-bound-not-after" = %not_after,
         "automatically generate certificates"
     );
+    let der = sign_p521(&template, &key.public_key(), (&subject, &key))?;
+    let cert_pem = p521::pkcs8::der::pem::encode_string("CERTIFICATE", LineEnding::LF, &der)
+        .map_err(|e| TlsError::Config(format!("cannot encode the certificate: {e}")))?;
+    std::fs::write(&cert_path, cert_pem).map_err(|e| file_error(&cert_path, e))?;
+    tracing::info!(path = %cert_path.display(), "created cert file");
+    let key_der = Zeroizing::new(sec1_p521(&key));
+    let key_pem = p521::pkcs8::der::pem::encode_string("EC PRIVATE KEY", LineEnding::LF, &key_der)
+        .map(Zeroizing::new)
+        .map_err(|e| TlsError::Config(format!("cannot encode the key: {e}")))?;
+    write_private(&key_path, key_pem.as_bytes())?;
+    tracing::info!(path = %key_path.display(), "created key file");
     Ok(info)
 }
 

@@ -7,6 +7,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::*;
 
+mod nist_p521;
+
 /// A client of `ca`'s server certificate, presenting `cert` if given.
 fn client(ca: &Path, cert: Option<&CertFiles>) -> Arc<ClientConfig> {
     let mut roots = RootCertStore::empty();

@@ -11,6 +11,7 @@ const PROTOS: &[&str] = &[
     "oxcd/raft_internal.proto",
     "oxcd/peer.proto",
     "oxcd/lease.proto",
+    "oxcd/auth_store.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

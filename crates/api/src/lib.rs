@@ -32,6 +32,9 @@ pub mod rpctypes;
 /// without code of its own (the JSON gateway).
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/file_descriptor_set.bin"));
+pub mod oxcdauthpb {
+    tonic::include_proto!("oxcdauthpb");
+}
 pub mod oxcdpeerpb {
     tonic::include_proto!("oxcdpeerpb");
 }

@@ -77,6 +77,7 @@ etcd_errors! {
     PERMISSION_NOT_GRANTED => FailedPrecondition, "etcdserver: permission is not granted to the role";
     AUTH_NOT_ENABLED => FailedPrecondition, "etcdserver: authentication is not enabled";
     INVALID_AUTH_TOKEN => Unauthenticated, "etcdserver: invalid auth token";
+    PERMISSION_NOT_GIVEN => InvalidArgument, "etcdserver: permission not given";
     INVALID_AUTH_MGMT => InvalidArgument, "etcdserver: invalid auth management";
     AUTH_OLD_REVISION => InvalidArgument, "etcdserver: revision of auth store is old";
     NO_LEADER => Unavailable, "etcdserver: no leader";
@@ -94,4 +95,8 @@ etcd_errors! {
     NOT_SUPPORTED_FOR_LEARNER => Unavailable, "etcdserver: rpc not supported for learner";
     BAD_LEADER_TRANSFEREE => FailedPrecondition, "etcdserver: bad leader transferee";
     INVALID_SORT_OPTION => InvalidArgument, "etcdserver: invalid sort option";
+    // Not in etcd's gRPC error map: they go out with code Unknown and the
+    // auth package's prefix, as etcd sends them.
+    NO_PASSWORD_USER => Unknown, "auth: authentication failed, password was given for no password user";
+    VERIFY_ONLY_KEY => Unknown, "auth: token signing attempted with verify-only key";
 }

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use api::etcdserverpb::auth_server::AuthServer;
 use api::etcdserverpb::cluster_server::ClusterServer;
 use api::etcdserverpb::kv_server::KvServer;
 use api::etcdserverpb::lease_server::LeaseServer;
@@ -15,6 +16,7 @@ use api::v3lockpb::lock_server::LockServer;
 use consensus::transport::{accept_until_stop, PeerTransport};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use v3rpc::auth::AuthService;
 
 use etcdhttp::gateway::Gateway;
 use etcdserver::bootstrap::StartError;
@@ -177,6 +179,7 @@ fn client_routes(
         .add_service(limits!(LockServer::new(LockService::new(
             own_client.clone()
         ))))
+        .add_service(limits!(AuthServer::new(AuthService::new(server.clone()))))
         .clone()
         .routes();
     let gateway = Arc::new(Gateway::new(server.clone(), shutdown.clone(), own_client));

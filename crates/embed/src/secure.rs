@@ -32,14 +32,7 @@ pub const MAX_HANDSHAKES: usize = 1024;
 /// A client connection over TLS.
 pub struct TlsConn(TlsStream<TcpStream>);
 
-/// What a request on a TLS connection knows of it (a request extension).
-#[derive(Clone, Debug)]
-pub struct TlsConnectInfo {
-    pub remote_addr: Option<SocketAddr>,
-    /// The Common Name of the client's verified certificate, if it sent one
-    /// (etcd's user name for `--client-cert-auth` when no token is sent).
-    pub common_name: Option<String>,
-}
+pub use v3rpc::TlsConnectInfo;
 
 impl Connected for TlsConn {
     type ConnectInfo = TlsConnectInfo;

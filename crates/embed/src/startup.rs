@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use crate::listeners::{bind, serve_clients, serve_metrics, serve_peers, Serves};
 use etcdserver::alarms::Alarms;
 use etcdserver::apply::{ApplyLoop, StateMachine};
+use etcdserver::auth::AuthStore;
 use etcdserver::bootstrap::{
     check_volume, identity, is_tls_url, known_members, parse_url, prepare_data_dir, recover_alarms,
     recover_lessor, Identity, StartError,
@@ -138,6 +139,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
             metrics,
             backend.lessor,
             backend.alarms,
+            backend.auth,
             me.clone(),
         )
     });
@@ -376,6 +378,7 @@ struct Backend {
     store: Arc<Store>,
     lessor: Arc<Lessor>,
     alarms: Arc<Alarms>,
+    auth: Arc<AuthStore>,
 }
 
 async fn open_backend(cfg: &ServerConfig, metrics: &Metrics) -> Result<Backend, StartError> {
@@ -395,6 +398,11 @@ async fn open_backend(cfg: &ServerConfig, metrics: &Metrics) -> Result<Backend, 
     recover_lessor(&lessor, &store)?;
     let alarms = Arc::new(Alarms::default());
     recover_alarms(&alarms, &store)?;
+    let auth = AuthStore::new(&cfg.auth, metrics.auth_revision.clone()).map_err(|e| {
+        tracing::error!(error = %e, "failed to create a token provider");
+        StartError::Config(e.to_string())
+    })?;
+    auth.recover(&store)?;
     {
         let lessor = lessor.clone();
         store.set_lease_lookup(Arc::new(move |id| lessor.exists(id)));
@@ -405,6 +413,7 @@ async fn open_backend(cfg: &ServerConfig, metrics: &Metrics) -> Result<Backend, 
         store,
         lessor,
         alarms,
+        auth: Arc::new(auth),
     })
 }
 
@@ -472,6 +481,7 @@ fn start_apply(
         backend.alarms.clone(),
         members.clone(),
         metrics.clone(),
+        backend.auth.clone(),
     );
     etcdserver::apply::start(machine, raft, cfg.snapshot_count, committed)
         .map_err(|e| StartError::Config(format!("cannot start the apply thread: {e}")))

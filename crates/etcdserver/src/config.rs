@@ -11,6 +11,8 @@ pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub name: String,
+    /// `--auth-token`, `--auth-token-ttl`, `--bcrypt-cost`.
+    pub auth: crate::auth::AuthConfig,
     pub data_dir: PathBuf,
     pub listen_client_urls: Vec<String>,
     /// `--listen-client-http-urls` (etcd 3.5.8+): URLs serving HTTP alone
@@ -104,6 +106,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             name: "default".into(),
+            auth: crate::auth::AuthConfig::default(),
             data_dir: PathBuf::from("default.oxcd"),
             listen_client_urls: vec!["http://localhost:2379".into()],
             listen_client_http_urls: Vec::new(),

@@ -19,6 +19,7 @@ use tokio::sync::{watch, Semaphore};
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 
+use crate::auth::AuthInfo;
 use crate::server::EtcdServer;
 use lease::MAX_LEASE_CHECKPOINT_BATCH_SIZE;
 use lease::{RenewOutcome, LEASE_CHECKPOINT_RATE, LEASE_REVOKE_RATE};
@@ -43,9 +44,10 @@ impl EtcdServer {
     /// Revokes a lease through raft: its keys are deleted in one revision.
     pub async fn lease_revoke(
         &self,
+        user: Option<&AuthInfo>,
         req: LeaseRevokeRequest,
     ) -> Result<LeaseRevokeResponse, EtcdError> {
-        let mut resp = self.propose(req).await?;
+        let mut resp = self.propose_as(user, req).await?;
         self.fill_header(&mut resp.header);
         Ok(resp)
     }
@@ -276,7 +278,10 @@ pub async fn run_expiry(server: Arc<EtcdServer>, mut shutdown: watch::Receiver<b
             let server = server.clone();
             tokio::spawn(async move {
                 let _permit = permit;
-                match server.lease_revoke(LeaseRevokeRequest { id }).await {
+                match server
+                    .lease_revoke(Some(&server.root()), LeaseRevokeRequest { id })
+                    .await
+                {
                     Ok(_) => {
                         tracing::debug!(lease = %format!("{id:016x}"), "revoked an expired lease")
                     }

@@ -15,6 +15,7 @@
 
 pub mod alarms;
 pub mod apply;
+pub mod auth;
 pub mod bootstrap;
 pub mod compactor;
 pub mod config;

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 
 use crate::alarms::{self, Alarms};
 use crate::apply::{ApplyOutcome, ApplyResponse};
+use crate::auth::{AuthInfo, AuthStore};
 use crate::config::ServerConfig;
 use crate::errors;
 use crate::membership::{ClusterMembers, Member};
@@ -54,6 +55,7 @@ pub struct EtcdServer {
     pub metrics: Arc<Metrics>,
     pub lessor: Arc<Lessor>,
     pub alarms: Arc<Alarms>,
+    pub auth: Arc<AuthStore>,
     pub(crate) peer_channels: PeerChannels,
     /// This server's own Arc, for background work it starts.
     pub(crate) me: Weak<EtcdServer>,
@@ -73,6 +75,7 @@ impl EtcdServer {
         metrics: Arc<Metrics>,
         lessor: Arc<Lessor>,
         alarms: Arc<Alarms>,
+        auth: Arc<AuthStore>,
         me: Weak<EtcdServer>,
     ) -> EtcdServer {
         let request_ids = RequestIdGenerator::new(member.id);
@@ -89,6 +92,7 @@ impl EtcdServer {
             metrics,
             lessor,
             alarms,
+            auth,
             peer_channels: PeerChannels::default(),
             me,
         }
@@ -148,12 +152,26 @@ impl EtcdServer {
     /// applied it (etcd's processInternalRaftRequestOnce); the response is
     /// of the request's own kind.
     pub async fn propose<P: Proposal>(&self, request: P) -> Result<P::Response, EtcdError> {
-        let response = self.propose_request(request.into()).await?;
+        self.propose_as(None, request).await
+    }
+
+    /// Proposes a request on behalf of `user` (apply checks its
+    /// permissions as of the entry; None: no credentials, or auth off).
+    pub async fn propose_as<P: Proposal>(
+        &self,
+        user: Option<&AuthInfo>,
+        request: P,
+    ) -> Result<P::Response, EtcdError> {
+        let response = self.propose_request(request.into(), user).await?;
         // Apply answers every request with a response of its own kind.
         P::response(response).ok_or(rpctypes::NOT_CAPABLE)
     }
 
-    async fn propose_request(&self, request: Request) -> Result<ApplyResponse, EtcdError> {
+    async fn propose_request(
+        &self,
+        request: Request,
+        user: Option<&AuthInfo>,
+    ) -> Result<ApplyResponse, EtcdError> {
         // A guard: a caller that goes away mid-proposal drops this future.
         struct Pending<'a>(&'a prometheus::IntGauge);
         impl Drop for Pending<'_> {
@@ -163,16 +181,20 @@ impl EtcdServer {
         }
         self.metrics.proposals_pending.inc();
         let _pending = Pending(&self.metrics.proposals_pending);
-        self.propose_once(request).await
+        self.propose_once(request, user).await
     }
 
-    async fn propose_once(&self, request: Request) -> Result<ApplyResponse, EtcdError> {
+    async fn propose_once(
+        &self,
+        request: Request,
+        user: Option<&AuthInfo>,
+    ) -> Result<ApplyResponse, EtcdError> {
         let status = self.raft.status();
         if status.commit_index > *self.applied.borrow() + MAX_GAP_BETWEEN_APPLY_AND_COMMIT {
             return Err(rpctypes::REQUEST_TOO_MANY_REQUESTS);
         }
         let id = self.request_ids.next();
-        let data = request.into_entry(id).encode_to_vec();
+        let data = request.into_entry(id, user).encode_to_vec();
         if data.len() > self.cfg.max_request_bytes {
             return Err(rpctypes::REQUEST_TOO_LARGE);
         }

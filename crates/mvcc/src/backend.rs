@@ -20,6 +20,8 @@ pub(crate) const MEMBERS_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::n
 pub(crate) const LEASES_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("lease");
 /// Alarms: an opaque key chosen by the server → an opaque record (etcd's "alarm" bucket).
 pub(crate) const ALARMS_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("alarm");
+/// Auth: the auth store's record (etcd's "auth", "authUsers" and "authRoles" buckets).
+pub(crate) const AUTH_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("auth");
 
 /// The tables of records the server keeps beside the key history. Each maps
 /// a u64 to bytes the server encodes; mvcc only stores them, in the same
@@ -29,17 +31,23 @@ pub enum SideTable {
     Members,
     Leases,
     Alarms,
+    Auth,
 }
 
 impl SideTable {
-    pub(crate) const ALL: [SideTable; 3] =
-        [SideTable::Members, SideTable::Leases, SideTable::Alarms];
+    pub(crate) const ALL: [SideTable; 4] = [
+        SideTable::Members,
+        SideTable::Leases,
+        SideTable::Alarms,
+        SideTable::Auth,
+    ];
 
     pub(crate) fn definition(self) -> TableDefinition<'static, u64, &'static [u8]> {
         match self {
             SideTable::Members => MEMBERS_TABLE,
             SideTable::Leases => LEASES_TABLE,
             SideTable::Alarms => ALARMS_TABLE,
+            SideTable::Auth => AUTH_TABLE,
         }
     }
 }

@@ -73,9 +73,9 @@
 //! | `finishedCompactRev` | i64 big-endian: last compaction whose deletions are in the file |
 //! | `mvcc_format_version` | u32 big-endian: 2 |
 //!
-//! Side tables `members`, `lease` and `alarm` (`u64` → `&[u8]`, see
+//! Side tables `members`, `lease`, `alarm` and `auth` (`u64` → `&[u8]`, see
 //! [`SideTable`]) hold records the server encodes (a member, a
-//! `leasepb.Lease`, an alarm); mvcc stores them in the same transaction as
+//! `leasepb.Lease`, an alarm, the auth store); mvcc stores them in the same transaction as
 //! the consistent index of the entry that changed them and never reads them.
 //!
 //! Snapshot files (what Maintenance.Snapshot streams and `oxctl snapshot`

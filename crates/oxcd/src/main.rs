@@ -220,6 +220,15 @@ struct Flags {
     /// Maximum TLS version supported by etcd. Possible values: TLS1.2, TLS1.3 (empty defers to Go).
     #[arg(long, env = "ETCD_TLS_MAX_VERSION", default_value = "")]
     tls_max_version: String,
+    /// Specify auth token type and options, e.g. "simple" or "jwt,pub-key=<path>,priv-key=<path>,sign-method=<alg>,ttl=<duration>".
+    #[arg(long, env = "ETCD_AUTH_TOKEN", default_value = "simple")]
+    auth_token: String,
+    /// The lifetime in seconds of the auth token.
+    #[arg(long, env = "ETCD_AUTH_TOKEN_TTL", default_value_t = 300)]
+    auth_token_ttl: u64,
+    /// Specify bcrypt algorithm cost factor for auth password hashing.
+    #[arg(long, env = "ETCD_BCRYPT_COST", default_value_t = 10)]
+    bcrypt_cost: u32,
     /// Configures log level. Only supports debug, info, warn, error, panic, or fatal.
     #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
     log_level: String,
@@ -393,6 +402,11 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
         peer_auto_tls: flags.peer_auto_tls,
         peer_skip_client_san_verification: flags.experimental_peer_skip_client_san_verification,
         self_signed_cert_validity: flags.self_signed_cert_validity,
+        auth: etcdserver::auth::AuthConfig {
+            token: flags.auth_token,
+            token_ttl: Duration::from_secs(flags.auth_token_ttl),
+            bcrypt_cost: flags.bcrypt_cost,
+        },
         ..ServerConfig::default()
     })
 }

@@ -1,6 +1,6 @@
 //! The backend's records beside the key history, as etcd's
 //! server/storage/schema and membership packages define them: how mvcc's
-//! side tables (`members`, `alarm`, `lease`) encode their records, how
+//! side tables (`members`, `alarm`, `lease`, `auth`) encode their records, how
 //! member and cluster IDs are derived, and how a backend file is told from
 //! others. Shared by the member and by the offline tools (oxctl), which must
 //! not link the server.
@@ -9,6 +9,7 @@
 //! mvcc stores these records as opaque bytes; only this crate knows them.
 
 pub mod alarms;
+pub mod auth;
 pub mod backend_file;
 pub mod leases;
 pub mod members;

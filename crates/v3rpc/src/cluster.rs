@@ -28,22 +28,28 @@ impl ClusterService {
 impl Cluster for ClusterService {
     async fn member_add(
         &self,
-        _: Request<MemberAddRequest>,
+        request: Request<MemberAddRequest>,
     ) -> Result<Response<MemberAddResponse>, Status> {
+        // Member changes are root's (etcd's authClusterServer).
+        crate::auth::require_admin(&self.server, &request).await?;
         Err(Status::unimplemented("MemberAdd is not implemented yet"))
     }
 
     async fn member_remove(
         &self,
-        _: Request<MemberRemoveRequest>,
+        request: Request<MemberRemoveRequest>,
     ) -> Result<Response<MemberRemoveResponse>, Status> {
+        // Member changes are root's (etcd's authClusterServer).
+        crate::auth::require_admin(&self.server, &request).await?;
         Err(Status::unimplemented("MemberRemove is not implemented yet"))
     }
 
     async fn member_update(
         &self,
-        _: Request<MemberUpdateRequest>,
+        request: Request<MemberUpdateRequest>,
     ) -> Result<Response<MemberUpdateResponse>, Status> {
+        // Member changes are root's (etcd's authClusterServer).
+        crate::auth::require_admin(&self.server, &request).await?;
         Err(Status::unimplemented("MemberUpdate is not implemented yet"))
     }
 
@@ -79,8 +85,10 @@ impl Cluster for ClusterService {
 
     async fn member_promote(
         &self,
-        _: Request<MemberPromoteRequest>,
+        request: Request<MemberPromoteRequest>,
     ) -> Result<Response<MemberPromoteResponse>, Status> {
+        // Member changes are root's (etcd's authClusterServer).
+        crate::auth::require_admin(&self.server, &request).await?;
         Err(Status::unimplemented(
             "MemberPromote is not implemented yet",
         ))

@@ -15,6 +15,7 @@
 
 use std::sync::Arc;
 
+use crate::auth::Credentials;
 use api::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use api::etcdserverpb::kv_server::Kv;
 use api::etcdserverpb::range_request::{SortOrder, SortTarget};
@@ -142,11 +143,44 @@ pub struct LocalClient {
     /// Becomes true when the member stops: waits end instead of holding the
     /// client listener open.
     shutdown: watch::Receiver<bool>,
+    /// Whose requests these are: the KV calls a recipe makes run with its
+    /// caller's credentials, so they pass the caller's permission checks
+    /// (etcd's v3election/v3lock call clientv3 with the caller's context).
+    credentials: Credentials,
 }
 
 impl LocalClient {
     pub fn new(server: Arc<EtcdServer>, shutdown: watch::Receiver<bool>) -> Self {
-        LocalClient { server, shutdown }
+        LocalClient {
+            server,
+            shutdown,
+            credentials: Credentials::default(),
+        }
+    }
+
+    /// This client acting for the caller of `request`.
+    pub fn as_caller<T>(&self, request: &Request<T>) -> LocalClient {
+        LocalClient {
+            credentials: Credentials::of(request),
+            ..self.clone()
+        }
+    }
+
+    /// A KV request carrying the caller's credentials.
+    fn request<T>(&self, message: T) -> Request<T> {
+        let mut request = Request::new(message);
+        if let Some(token) = &self.credentials.token {
+            if let Ok(value) = token.parse() {
+                request.metadata_mut().insert(crate::auth::TOKEN_KEY, value);
+            }
+        }
+        if let Some(common_name) = &self.credentials.common_name {
+            request.extensions_mut().insert(crate::TlsConnectInfo {
+                remote_addr: None,
+                common_name: Some(common_name.clone()),
+            });
+        }
+        request
     }
 
     pub(crate) fn server(&self) -> &Arc<EtcdServer> {
@@ -159,7 +193,7 @@ impl LocalClient {
 
     pub(crate) async fn txn(&self, request: TxnRequest) -> Result<TxnResponse, Status> {
         self.kv()
-            .txn(Request::new(request))
+            .txn(self.request(request))
             .await
             .map(|r| r.into_inner())
             .map_err(client_error)
@@ -168,7 +202,7 @@ impl LocalClient {
     /// A linearizable Get.
     pub(crate) async fn range(&self, request: RangeRequest) -> Result<RangeResponse, Status> {
         self.kv()
-            .range(Request::new(request))
+            .range(self.request(request))
             .await
             .map(|r| r.into_inner())
             .map_err(client_error)
@@ -180,7 +214,7 @@ impl LocalClient {
             ..Default::default()
         };
         self.kv()
-            .delete_range(Request::new(request))
+            .delete_range(self.request(request))
             .await
             .map(|r| r.into_inner())
             .map_err(client_error)

@@ -84,8 +84,9 @@ impl Election for ElectionService {
         request: Request<CampaignRequest>,
     ) -> Result<Response<CampaignResponse>, Status> {
         check_require_leader(self.client.server(), &request)?;
+        let client = self.client.as_caller(&request);
         let req = request.into_inner();
-        let lease = self.client.session(req.lease).await?;
+        let lease = client.session(req.lease).await?;
         let prefix = leader_prefix(&req.name);
         let mut key = prefix.clone();
         key.extend_from_slice(go_hex(lease).as_bytes());
@@ -122,7 +123,7 @@ impl Election for ElectionService {
                             key: key.clone(),
                             revision: leader_rev,
                         }
-                        .run(&self.client)
+                        .run(&client)
                         .await;
                     }
                     return Err(e);
@@ -132,13 +133,13 @@ impl Election for ElectionService {
 
         // If the caller goes away while waiting, etcd resigns for it.
         let resign = CleanupOnDrop::new(
-            &self.client,
+            &client,
             Cleanup::Resign {
                 key: key.clone(),
                 revision: leader_rev,
             },
         );
-        let waited = self.client.wait_deletes(&prefix, leader_rev - 1).await;
+        let waited = client.wait_deletes(&prefix, leader_rev - 1).await;
         resign.disarm();
         waited?;
 
@@ -158,13 +159,14 @@ impl Election for ElectionService {
         request: Request<ProclaimRequest>,
     ) -> Result<Response<ProclaimResponse>, Status> {
         check_require_leader(self.client.server(), &request)?;
+        let client = self.client.as_caller(&request);
         let req = request.into_inner();
         let Some(leader) = req.leader else {
             return Err(go_error(MISSING_LEADER_KEY));
         };
         // As etcd: a leader key without a lease gets a fresh session lease,
         // and the proclaimed value is put under it.
-        let lease = self.client.session(leader.lease).await?;
+        let lease = client.session(leader.lease).await?;
         let header = self.proclaim_as(&leader, lease, &req.value).await?;
         Ok(Response::new(ProclaimResponse {
             header: Some(header),
@@ -176,10 +178,10 @@ impl Election for ElectionService {
         request: Request<LeaderRequest>,
     ) -> Result<Response<LeaderResponse>, Status> {
         check_require_leader(self.client.server(), &request)?;
+        let client = self.client.as_caller(&request);
         let req = request.into_inner();
         let prefix = leader_prefix(&req.name);
-        let mut resp = self
-            .client
+        let mut resp = client
             .range(first_created(&prefix, SortOrder::Ascend))
             .await?;
         if resp.kvs.is_empty() {
@@ -198,9 +200,10 @@ impl Election for ElectionService {
         request: Request<LeaderRequest>,
     ) -> Result<Response<Self::ObserveStream>, Status> {
         check_require_leader(self.client.server(), &request)?;
+        let client = self.client.as_caller(&request);
         let req = request.into_inner();
         let (outbound, mut rx) = mpsc::channel(OBSERVE_BUFFER);
-        let client = self.client.clone();
+        let client = client.clone();
         let prefix = leader_prefix(&req.name);
         tokio::spawn(async move {
             tokio::select! {
@@ -220,13 +223,14 @@ impl Election for ElectionService {
         request: Request<ResignRequest>,
     ) -> Result<Response<ResignResponse>, Status> {
         check_require_leader(self.client.server(), &request)?;
+        let client = self.client.as_caller(&request);
         let req = request.into_inner();
         let Some(leader) = req.leader else {
             return Err(go_error(MISSING_LEADER_KEY));
         };
         // etcd opens a session here too (granting a lease when none is
         // given) although resigning does not use it.
-        self.client.session(leader.lease).await?;
+        client.session(leader.lease).await?;
         let resp = self
             .client
             .txn(TxnRequest {

@@ -9,6 +9,7 @@ use api::etcdserverpb::{
 };
 use tonic::{Request, Response, Status};
 
+use crate::auth::user_of;
 use crate::check_require_leader;
 use crate::checks;
 use etcdserver::errors;
@@ -31,28 +32,35 @@ impl Kv for KvService {
         request: Request<RangeRequest>,
     ) -> Result<Response<RangeResponse>, Status> {
         check_require_leader(&self.server, &request)?;
+        let user = user_of(&self.server, &request).await?;
         let req = request.into_inner();
         checks::check_range(&req)?;
         if !req.serializable {
             self.server.linearizable_read_notify().await?;
         }
-        let mut resp = self
-            .server
-            .store
-            .range(&req)
-            .map_err(|e| errors::from_mvcc(&e))?;
+        let mut resp = self.server.serialized(
+            user.as_ref(),
+            |auth, user| auth.check_range(user, &req),
+            || {
+                self.server
+                    .store
+                    .range(&req)
+                    .map_err(|e| errors::from_mvcc(&e))
+            },
+        )?;
         self.server.fill_header(&mut resp.header);
         Ok(Response::new(resp))
     }
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
         check_require_leader(&self.server, &request)?;
+        let user = user_of(&self.server, &request).await?;
         let req = request.into_inner();
         checks::check_put(&req)?;
         self.server
             .check_quota(etcdserver::alarms::cost_put(&req))
             .await?;
-        let mut resp = self.server.propose(req).await?;
+        let mut resp = self.server.propose_as(user.as_ref(), req).await?;
         self.server.fill_header(&mut resp.header);
         Ok(Response::new(resp))
     }
@@ -62,15 +70,17 @@ impl Kv for KvService {
         request: Request<DeleteRangeRequest>,
     ) -> Result<Response<DeleteRangeResponse>, Status> {
         check_require_leader(&self.server, &request)?;
+        let user = user_of(&self.server, &request).await?;
         let req = request.into_inner();
         checks::check_delete(&req)?;
-        let mut resp = self.server.propose(req).await?;
+        let mut resp = self.server.propose_as(user.as_ref(), req).await?;
         self.server.fill_header(&mut resp.header);
         Ok(Response::new(resp))
     }
 
     async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
         check_require_leader(&self.server, &request)?;
+        let user = user_of(&self.server, &request).await?;
         let req = request.into_inner();
         checks::check_txn(&req, self.server.cfg.max_txn_ops)?;
         let mut resp = if checks::txn_is_read_only(&req) {
@@ -79,15 +89,21 @@ impl Kv for KvService {
             }
             // A read-only txn never reaches raft; it is evaluated on a write
             // handle that changes nothing, hence records no index.
-            self.server
-                .store
-                .read_txn(&req)
-                .map_err(|e| errors::from_mvcc(&e))?
+            self.server.serialized(
+                user.as_ref(),
+                |auth, user| auth.check_txn(user, &req, &self.server.lessor),
+                || {
+                    self.server
+                        .store
+                        .read_txn(&req)
+                        .map_err(|e| errors::from_mvcc(&e))
+                },
+            )?
         } else {
             self.server
                 .check_quota(etcdserver::alarms::cost_txn(&req))
                 .await?;
-            self.server.propose(req).await?
+            self.server.propose_as(user.as_ref(), req).await?
         };
         fill_txn_headers(&self.server, &mut resp);
         Ok(Response::new(resp))
@@ -98,8 +114,11 @@ impl Kv for KvService {
         request: Request<CompactionRequest>,
     ) -> Result<Response<CompactionResponse>, Status> {
         check_require_leader(&self.server, &request)?;
+        // Compaction has no permission check in etcd 3.5, but the entry
+        // carries its user like any other.
+        let user = user_of(&self.server, &request).await?;
         let req = request.into_inner();
-        let mut resp = self.server.propose(req).await?;
+        let mut resp = self.server.propose_as(user.as_ref(), req).await?;
         self.server.fill_header(&mut resp.header);
         Ok(Response::new(resp))
     }

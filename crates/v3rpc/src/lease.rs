@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::auth::user_of;
 use crate::{check_require_leader, REQUIRE_LEADER_KEY};
 use etcdserver::EtcdServer;
 
@@ -73,7 +74,11 @@ impl Lease for LeaseService {
         request: Request<LeaseRevokeRequest>,
     ) -> Result<Response<LeaseRevokeResponse>, Status> {
         check_require_leader(&self.server, &request)?;
-        let resp = self.server.lease_revoke(request.into_inner()).await?;
+        let user = user_of(&self.server, &request).await?;
+        let resp = self
+            .server
+            .lease_revoke(user.as_ref(), request.into_inner())
+            .await?;
         Ok(Response::new(resp))
     }
 
@@ -99,9 +104,30 @@ impl Lease for LeaseService {
         request: Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
         check_require_leader(&self.server, &request)?;
+        let user = user_of(&self.server, &request).await?;
         let req = request.into_inner();
         let id = req.id;
+        // With keys, etcd checks read permission on every attached key
+        // (this member's view), and refuses the answer if an auth change
+        // applied meanwhile.
+        let checked_at = self.server.auth.revision();
+        if req.keys && self.server.auth.is_enabled() {
+            let user = user.as_ref().ok_or(rpctypes::USER_EMPTY)?;
+            for key in self.server.lessor.keys_to_revoke(id).unwrap_or_default() {
+                self.server
+                    .auth
+                    .check(user, etcdserver::auth::Access::Read, &key, &[])?;
+            }
+        }
+        let keys = req.keys;
         match self.server.lease_time_to_live(req).await {
+            Ok(_)
+                if keys
+                    && self.server.auth.is_enabled()
+                    && checked_at != self.server.auth.revision() =>
+            {
+                Err(rpctypes::AUTH_OLD_REVISION.status())
+            }
             Ok(resp) => Ok(Response::new(resp)),
             // etcd answers an unknown lease with TTL -1, not an error.
             Err(e) if e == rpctypes::LEASE_NOT_FOUND => {

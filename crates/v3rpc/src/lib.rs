@@ -4,6 +4,7 @@
 //! Lock run clientv3's concurrency recipes on the member's own services
 //! (`concurrency`), as etcd's v3election and v3lock do.
 
+pub mod auth;
 pub mod checks;
 pub mod cluster;
 pub mod concurrency;
@@ -19,6 +20,16 @@ use api::rpctypes;
 use tonic::{Request, Status};
 
 use etcdserver::EtcdServer;
+
+/// What a request on a TLS connection knows of it (a request extension,
+/// set by the listener).
+#[derive(Clone, Debug)]
+pub struct TlsConnectInfo {
+    pub remote_addr: Option<std::net::SocketAddr>,
+    /// The Common Name of the client's verified certificate, if it sent one
+    /// (etcd's user name for `--client-cert-auth` when no token is sent).
+    pub common_name: Option<String>,
+}
 
 /// clientv3's WithRequireLeader metadata key (rpctypes.MetadataRequireLeaderKey).
 pub const REQUIRE_LEADER_KEY: &str = "hasleader";

@@ -37,8 +37,9 @@ impl LockService {
 impl Lock for LockService {
     async fn lock(&self, request: Request<LockRequest>) -> Result<Response<LockResponse>, Status> {
         check_require_leader(self.client.server(), &request)?;
+        let client = self.client.as_caller(&request);
         let req = request.into_inner();
-        let lease = self.client.session(req.lease).await?;
+        let lease = client.session(req.lease).await?;
         let mut prefix = req.name.to_vec();
         prefix.push(b'/');
         let mut my_key = prefix.clone();
@@ -74,16 +75,16 @@ impl Lock for LockService {
 
         // Wait for every older waiter; if the caller goes away meanwhile,
         // leave the queue (etcd: m.Unlock with the client's own context).
-        let unlock = CleanupOnDrop::new(&self.client, Cleanup::Delete(my_key.clone()));
-        if let Err(e) = self.client.wait_deletes(&prefix, my_rev - 1).await {
-            leave_queue(&self.client, unlock).await;
+        let unlock = CleanupOnDrop::new(&client, Cleanup::Delete(my_key.clone()));
+        if let Err(e) = client.wait_deletes(&prefix, my_rev - 1).await {
+            leave_queue(&client, unlock).await;
             return Err(e);
         }
         // Our lease may have expired while we waited.
-        let mine = match self.client.range(get_key(&my_key)).await {
+        let mine = match client.range(get_key(&my_key)).await {
             Ok(mine) => mine,
             Err(e) => {
-                leave_queue(&self.client, unlock).await;
+                leave_queue(&client, unlock).await;
                 return Err(e);
             }
         };
@@ -102,8 +103,9 @@ impl Lock for LockService {
         request: Request<UnlockRequest>,
     ) -> Result<Response<UnlockResponse>, Status> {
         check_require_leader(self.client.server(), &request)?;
+        let client = self.client.as_caller(&request);
         let req = request.into_inner();
-        let resp = self.client.delete(&req.key).await?;
+        let resp = client.delete(&req.key).await?;
         Ok(Response::new(UnlockResponse {
             header: resp.header,
         }))

@@ -15,6 +15,7 @@ use api::rpctypes;
 use futures::Stream;
 use tonic::{Request, Response, Status};
 
+use crate::auth::require_admin;
 use crate::check_require_leader;
 use etcdserver::errors;
 use etcdserver::EtcdServer;
@@ -74,8 +75,9 @@ impl Maintenance for MaintenanceService {
     /// and writes go on meanwhile; see mvcc's defrag module.
     async fn defragment(
         &self,
-        _: Request<DefragmentRequest>,
+        request: Request<DefragmentRequest>,
     ) -> Result<Response<DefragmentResponse>, Status> {
+        require_admin(&self.server, &request).await?;
         let store = self.server.store.clone();
         tracing::info!(path = %self.server.cfg.backend_path().display(),
             "current-db-size-bytes" = store.db_size(), "starting defragmentation");
@@ -102,6 +104,7 @@ impl Maintenance for MaintenanceService {
     /// The hash of this member's whole backend (not through raft).
     async fn hash(&self, request: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
         check_require_leader(&self.server, &request)?;
+        require_admin(&self.server, &request).await?;
         let store = self.server.store.clone();
         let timer = self.server.metrics.ops.hash_started();
         let (hash, revision) = tokio::task::spawn_blocking(move || store.hash())
@@ -120,6 +123,7 @@ impl Maintenance for MaintenanceService {
         request: Request<HashKvRequest>,
     ) -> Result<Response<HashKvResponse>, Status> {
         check_require_leader(&self.server, &request)?;
+        require_admin(&self.server, &request).await?;
         let revision = request.get_ref().revision;
         let timer = self.server.metrics.ops.hash_rev_started();
         let (hash, compact_revision, hash_revision) = self
@@ -143,6 +147,7 @@ impl Maintenance for MaintenanceService {
         request: Request<SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
         check_require_leader(&self.server, &request)?;
+        require_admin(&self.server, &request).await?;
         let stream = crate::snapshot_stream::start(self.server.clone());
         Ok(Response::new(Box::pin(stream)))
     }

@@ -32,7 +32,10 @@ use prost::Message;
 use tokio::sync::{watch, Notify};
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::auth::{go_status_text, Credentials};
 use crate::REQUIRE_LEADER_KEY;
+use api::rpctypes::EtcdError;
+use etcdserver::auth::Access;
 use etcdserver::config::GRPC_OVERHEAD_BYTES;
 use etcdserver::EtcdServer;
 
@@ -73,16 +76,25 @@ impl Watch for WatchService {
         if require_leader && !self.server.has_leader() {
             return Err(rpctypes::NO_LEADER.status());
         }
-        Ok(Response::new(
-            self.open(request.into_inner(), require_leader),
-        ))
+        let credentials = Credentials::of(&request);
+        Ok(Response::new(self.open(
+            request.into_inner(),
+            require_leader,
+            credentials,
+        )))
     }
 }
 
 impl WatchService {
     /// Serves one watch stream fed by `inbound` (gRPC's, or the JSON
-    /// gateway's decoded requests).
-    pub fn open<S>(&self, inbound: S, require_leader: bool) -> ResponseStream
+    /// gateway's decoded requests), each watch created with the read
+    /// permission of `credentials` as they stand at its creation.
+    pub fn open<S>(
+        &self,
+        inbound: S,
+        require_leader: bool,
+        credentials: Credentials,
+    ) -> ResponseStream
     where
         S: Stream<Item = Result<WatchRequest, Status>> + Unpin + Send + 'static,
     {
@@ -98,6 +110,7 @@ impl WatchService {
             stream: stream.clone(),
             link: link.clone(),
             require_leader,
+            credentials,
             shutdown: self.shutdown.clone(),
         };
         tokio::spawn(session.run(inbound));
@@ -237,6 +250,7 @@ struct Session {
     stream: Arc<WatchStream>,
     link: Arc<Link>,
     require_leader: bool,
+    credentials: Credentials,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -263,7 +277,7 @@ impl Session {
         loop {
             tokio::select! {
                 request = inbound.next(), if reading => match request {
-                    Some(Ok(request)) => self.handle(request),
+                    Some(Ok(request)) => self.handle(request).await,
                     // Half-closed: events still flow until the client leaves
                     // (etcd keeps the stream until its context ends).
                     None => reading = false,
@@ -288,9 +302,25 @@ impl Session {
         }
     }
 
-    fn handle(&self, request: WatchRequest) {
+    async fn handle(&self, request: WatchRequest) {
         match request.request_union {
-            Some(watch_request::RequestUnion::CreateRequest(create)) => self.create(create),
+            Some(watch_request::RequestUnion::CreateRequest(create)) => {
+                if let Err(e) = self.permitted(&create).await {
+                    // Not a stream error: a created-and-canceled answer, as
+                    // etcd, with Go's status text as the reason.
+                    let revision = self.stream.current_revision();
+                    self.stream.push(mvcc::WatchResponse {
+                        watch_id: INVALID_WATCH_ID,
+                        revision,
+                        created: true,
+                        canceled: true,
+                        cancel_reason: go_status_text(e),
+                        ..Default::default()
+                    });
+                    return;
+                }
+                self.create(create)
+            }
             Some(watch_request::RequestUnion::CancelRequest(cancel)) => {
                 // An unknown ID gets no answer, as etcd.
                 let _ = self.stream.cancel(cancel.watch_id);
@@ -299,6 +329,37 @@ impl Session {
                 self.stream.request_progress_all();
             }
             None => {}
+        }
+    }
+
+    /// Read permission on the watched range, checked once, at creation
+    /// (a watch keeps running after its token expires, as in etcd). An
+    /// empty key is `\0`; a `\0` end is from the key on.
+    async fn permitted(&self, create: &WatchCreateRequest) -> Result<(), EtcdError> {
+        let auth = &self.server.auth;
+        if !auth.is_enabled() {
+            return Ok(());
+        }
+        let user = self
+            .credentials
+            .user(&self.server)
+            .await?
+            .unwrap_or_default();
+        let key: &[u8] = if create.key.is_empty() {
+            &[0]
+        } else {
+            &create.key
+        };
+        let result = auth.check(&user, Access::Read, key, &create.range_end);
+        match result {
+            Err(e)
+                if e != rpctypes::INVALID_AUTH_TOKEN
+                    && e != rpctypes::AUTH_OLD_REVISION
+                    && e != rpctypes::USER_EMPTY =>
+            {
+                Err(rpctypes::PERMISSION_DENIED)
+            }
+            other => other,
         }
     }
 

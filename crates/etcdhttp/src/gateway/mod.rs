@@ -23,6 +23,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use api::etcdserverpb::auth_server::Auth;
 use api::etcdserverpb::cluster_server::Cluster;
 use api::etcdserverpb::kv_server::Kv;
 use api::etcdserverpb::lease_server::Lease;
@@ -41,6 +42,7 @@ use etcdserver::config::GRPC_OVERHEAD_BYTES;
 use etcdserver::EtcdServer;
 use reflect::{to_json_string, FromJson, ToJson};
 use stream::{lines_response, result_lines, serve_bidi, Inbound, ResultLines};
+use v3rpc::auth::{AuthService, Credentials};
 use v3rpc::cluster::ClusterService;
 use v3rpc::concurrency::LocalClient;
 use v3rpc::election::ElectionService;
@@ -63,6 +65,7 @@ pub struct Gateway {
     watch: WatchService,
     election: ElectionService,
     lock: LockService,
+    auth: AuthService,
 }
 
 impl Gateway {
@@ -81,6 +84,7 @@ impl Gateway {
             watch: WatchService::new(server.clone(), shutdown),
             election: ElectionService::new(client.clone()),
             lock: LockService::new(client),
+            auth: AuthService::new(server.clone()),
             server,
         }
     }
@@ -98,10 +102,34 @@ pub(crate) enum Answer {
 
 type RouteFuture<'a> = Pin<Box<dyn Future<Output = Result<Answer, Status>> + Send + 'a>>;
 /// A route that takes one JSON request: unary or server-streaming.
-pub(crate) type Route = for<'a> fn(&'a Gateway, Value) -> RouteFuture<'a>;
+pub(crate) type Route = for<'a> fn(&'a Gateway, Value, Credentials) -> RouteFuture<'a>;
+
+/// The caller's credentials: grpc-gateway forwards the `Authorization`
+/// header as `authorization` metadata, which etcd reads as a raw token. A
+/// gateway request never runs as a client certificate's Common Name.
+pub(crate) fn credentials(headers: &http::HeaderMap) -> Credentials {
+    Credentials {
+        token: headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        common_name: None,
+    }
+}
+
+/// A service request carrying `credentials` as gRPC metadata.
+fn with_credentials<T>(message: T, credentials: &Credentials) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(token) = credentials.token.as_deref().and_then(|t| t.parse().ok()) {
+        request
+            .metadata_mut()
+            .insert(v3rpc::auth::AUTHORIZATION_KEY, token);
+    }
+    request
+}
 
 /// Decodes the request, calls the unary method, encodes its answer.
-fn call<'a, Req, Resp, F, Fut>(value: Value, method: F) -> RouteFuture<'a>
+fn call<'a, Req, Resp, F, Fut>(value: Value, credentials: Credentials, method: F) -> RouteFuture<'a>
 where
     Req: FromJson + Send + 'a,
     Resp: ToJson,
@@ -110,14 +138,18 @@ where
 {
     let request = Req::from_json(&value);
     Box::pin(async move {
-        let response = method(tonic::Request::new(request?)).await?;
+        let response = method(with_credentials(request?, &credentials)).await?;
         Ok(Answer::Message(to_json_string(response.get_ref())))
     })
 }
 
 /// Decodes the request, calls the server-streaming method, and answers
 /// with its responses as they come.
-fn call_stream<'a, Req, Resp, S, F, Fut>(value: Value, method: F) -> RouteFuture<'a>
+fn call_stream<'a, Req, Resp, S, F, Fut>(
+    value: Value,
+    credentials: Credentials,
+    method: F,
+) -> RouteFuture<'a>
 where
     Req: FromJson + Send + 'a,
     Resp: ToJson + Send + 'static,
@@ -127,7 +159,7 @@ where
 {
     let request = Req::from_json(&value);
     Box::pin(async move {
-        let responses = method(tonic::Request::new(request?)).await?;
+        let responses = method(with_credentials(request?, &credentials)).await?;
         Ok(Answer::Lines(Box::pin(result_lines(
             responses.into_inner(),
         ))))
@@ -136,16 +168,20 @@ where
 
 macro_rules! unary {
     ($name:ident, $service:ident . $method:ident) => {
-        fn $name(gateway: &Gateway, value: Value) -> RouteFuture<'_> {
-            call(value, move |request| gateway.$service.$method(request))
+        fn $name(gateway: &Gateway, value: Value, credentials: Credentials) -> RouteFuture<'_> {
+            call(value, credentials, move |request| {
+                gateway.$service.$method(request)
+            })
         }
     };
 }
 
 macro_rules! server_stream {
     ($name:ident, $service:ident . $method:ident) => {
-        fn $name(gateway: &Gateway, value: Value) -> RouteFuture<'_> {
-            call_stream(value, move |request| gateway.$service.$method(request))
+        fn $name(gateway: &Gateway, value: Value, credentials: Credentials) -> RouteFuture<'_> {
+            call_stream(value, credentials, move |request| {
+                gateway.$service.$method(request)
+            })
         }
     };
 }
@@ -178,6 +214,23 @@ server_stream!(election_observe, election.observe);
 unary!(election_resign, election.resign);
 unary!(lock_lock, lock.lock);
 unary!(lock_unlock, lock.unlock);
+unary!(auth_enable, auth.auth_enable);
+unary!(auth_disable, auth.auth_disable);
+unary!(auth_status, auth.auth_status);
+unary!(auth_authenticate, auth.authenticate);
+unary!(auth_user_add, auth.user_add);
+unary!(auth_user_get, auth.user_get);
+unary!(auth_user_list, auth.user_list);
+unary!(auth_user_delete, auth.user_delete);
+unary!(auth_user_change_password, auth.user_change_password);
+unary!(auth_user_grant_role, auth.user_grant_role);
+unary!(auth_user_revoke_role, auth.user_revoke_role);
+unary!(auth_role_add, auth.role_add);
+unary!(auth_role_get, auth.role_get);
+unary!(auth_role_list, auth.role_list);
+unary!(auth_role_delete, auth.role_delete);
+unary!(auth_role_grant_permission, auth.role_grant_permission);
+unary!(auth_role_revoke_permission, auth.role_revoke_permission);
 
 /// Routes that take one request, under each of [`PREFIXES`] (etcd's
 /// google.api.http annotations).
@@ -213,15 +266,37 @@ pub(crate) const ROUTES: &[(&str, Route)] = &[
     ("election/resign", election_resign),
     ("lock/lock", lock_lock),
     ("lock/unlock", lock_unlock),
+    ("auth/enable", auth_enable),
+    ("auth/disable", auth_disable),
+    ("auth/status", auth_status),
+    ("auth/authenticate", auth_authenticate),
+    ("auth/user/add", auth_user_add),
+    ("auth/user/get", auth_user_get),
+    ("auth/user/list", auth_user_list),
+    ("auth/user/delete", auth_user_delete),
+    ("auth/user/changepw", auth_user_change_password),
+    ("auth/user/grant", auth_user_grant_role),
+    ("auth/user/revoke", auth_user_revoke_role),
+    ("auth/role/add", auth_role_add),
+    ("auth/role/get", auth_role_get),
+    ("auth/role/list", auth_role_list),
+    ("auth/role/delete", auth_role_delete),
+    ("auth/role/grant", auth_role_grant_permission),
+    ("auth/role/revoke", auth_role_revoke_permission),
 ];
 
-fn open_watch(gateway: &Gateway, inbound: Inbound<api::etcdserverpb::WatchRequest>) -> WatchStream {
-    gateway.watch.open(inbound, false)
+fn open_watch(
+    gateway: &Gateway,
+    inbound: Inbound<api::etcdserverpb::WatchRequest>,
+    credentials: Credentials,
+) -> WatchStream {
+    gateway.watch.open(inbound, false, credentials)
 }
 
 fn open_keep_alive(
     gateway: &Gateway,
     inbound: Inbound<api::etcdserverpb::LeaseKeepAliveRequest>,
+    _: Credentials,
 ) -> KeepAliveStream {
     gateway.lease.open(inbound, false)
 }
@@ -288,6 +363,7 @@ pub(crate) async fn serve_route(
     if request.method() != Method::POST {
         return method_not_allowed(None);
     }
+    let credentials = credentials(request.headers());
     let body = match axum::body::to_bytes(request.into_body(), gateway.max_body()).await {
         Ok(body) => body,
         Err(e) => return error_response(&Status::invalid_argument(e.to_string())),
@@ -308,7 +384,7 @@ pub(crate) async fn serve_route(
             return error_response(&Status::invalid_argument(json::syntax_error(&body, &e)))
         }
     };
-    match route(&gateway, value).await {
+    match route(&gateway, value, credentials).await {
         Ok(Answer::Message(json)) => json_response(StatusCode::OK, json, true),
         Ok(Answer::Lines(lines)) => lines_response(lines),
         Err(status) => error_response(&status),

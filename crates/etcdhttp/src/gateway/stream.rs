@@ -21,6 +21,7 @@ use super::json::syntax_error;
 use super::reflect::{FromJson, ToJson};
 use super::{error_response, http_status, Gateway};
 use crate::{cors, method_not_allowed, options_ok};
+use v3rpc::auth::Credentials;
 
 /// Decoded requests of a bidirectional stream queued ahead of its service;
 /// beyond it the body is not read (the client's writes wait).
@@ -137,7 +138,7 @@ fn stream_error_line(status: &Status) -> Bytes {
 pub(crate) async fn serve_bidi<Req, Resp, S>(
     gateway: Arc<Gateway>,
     request: http::Request<Body>,
-    open: fn(&Gateway, Inbound<Req>) -> S,
+    open: fn(&Gateway, Inbound<Req>, Credentials) -> S,
 ) -> http::Response<Body>
 where
     Req: FromJson + Send + 'static,
@@ -151,6 +152,7 @@ where
         return method_not_allowed(None);
     }
     let max_body = gateway.max_body();
+    let credentials = super::credentials(request.headers());
     let mut body = request.into_body();
     let mut values = JsonValues::new();
     // The first request is read before answering, so that a body that does
@@ -223,6 +225,7 @@ where
     lines_response(Box::pin(result_lines(open(
         &gateway,
         ReceiverStream::new(rx),
+        credentials,
     ))))
 }
 

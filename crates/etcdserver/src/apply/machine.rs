@@ -13,6 +13,8 @@
 //! Alarms restrict what applies as etcd's wrapping appliers do: with
 //! NOSPACE raised the [`Capped`] applier refuses what would grow the
 //! backend, with CORRUPT the [`Corrupt`] applier refuses every write.
+//! Inside them the [`Authorized`] applier refuses what the entry's user may
+//! not do (etcd's authApplierV3), before [`Backend`] carries it out.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -30,6 +32,7 @@ use mvcc::{SideTable, Store, TxnWrite};
 use super::request::{ApplyResponse, Request};
 use super::ApplyOutcome;
 use crate::alarms::{Alarms, Restriction};
+use crate::auth::{AuthInfo, AuthStore};
 use crate::errors;
 use crate::membership::ClusterMembers;
 use crate::metrics::Metrics;
@@ -41,6 +44,7 @@ pub struct StateMachine {
     pub(crate) alarms: Arc<Alarms>,
     pub(crate) members: Arc<ClusterMembers>,
     pub(crate) metrics: Arc<Metrics>,
+    pub(crate) auth: Arc<AuthStore>,
 }
 
 /// Why a request was not carried out.
@@ -99,12 +103,57 @@ impl<A: Apply> Apply for Corrupt<A> {
     }
 }
 
+/// etcd's authApplierV3: the request's user (from the entry's header)
+/// must be allowed to make it, as of this entry.
+struct Authorized<'m, A> {
+    inner: A,
+    machine: &'m StateMachine,
+    user: AuthInfo,
+}
+
+impl<A: Apply> Apply for Authorized<'_, A> {
+    fn apply(&self, w: &mut TxnWrite<'_>, request: Request) -> Result<ApplyResponse, ApplyError> {
+        let (auth, user, lessor) = (&self.machine.auth, &self.user, &self.machine.lessor);
+        if request.needs_admin() {
+            auth.is_admin_permitted(user)?;
+        }
+        match &request {
+            Request::Put(put) => auth.check_put(user, put, lessor)?,
+            Request::DeleteRange(delete) => auth.check_delete(user, delete)?,
+            Request::Txn(txn) => auth.check_txn(user, txn, lessor)?,
+            Request::LeaseRevoke(revoke) => auth.check_lease_keys(user, revoke.id, lessor)?,
+            // One's own user and one's own roles may be read without root.
+            Request::AuthUserGet(get) => {
+                if let Err(e) = auth.is_admin_permitted(user) {
+                    if get.name != user.username {
+                        return Err(e.into());
+                    }
+                }
+            }
+            Request::AuthRoleGet(get) => {
+                if let Err(e) = auth.is_admin_permitted(user) {
+                    if !auth.has_role(&user.username, &get.role) {
+                        return Err(e.into());
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.inner.apply(w, request)
+    }
+}
+
 /// etcd's applierV3backend: every request carried out.
-struct Backend<'m>(&'m StateMachine);
+struct Backend<'m> {
+    machine: &'m StateMachine,
+    /// The entry's raft index (simple tokens carry it).
+    index: u64,
+}
 
 impl Apply for Backend<'_> {
     fn apply(&self, w: &mut TxnWrite<'_>, request: Request) -> Result<ApplyResponse, ApplyError> {
-        let m = self.0;
+        let m = self.machine;
+        let auth = &m.auth;
         Ok(match request {
             Request::Put(put) => ApplyResponse::Put(w.put(&put)?),
             Request::DeleteRange(delete) => ApplyResponse::DeleteRange(w.delete_range(&delete)?),
@@ -121,6 +170,39 @@ impl Apply for Backend<'_> {
                 m.member_attributes(w, req);
                 ApplyResponse::ClusterMemberAttrSet(())
             }
+            Request::Authenticate(req) => {
+                ApplyResponse::Authenticate(auth.apply_authenticate(&req, self.index)?)
+            }
+            Request::AuthEnable(_) => ApplyResponse::AuthEnable(auth.apply_enable(w)?),
+            Request::AuthDisable(_) => ApplyResponse::AuthDisable(auth.apply_disable(w)),
+            Request::AuthStatus(_) => ApplyResponse::AuthStatus(auth.apply_status()),
+            Request::AuthUserAdd(req) => ApplyResponse::AuthUserAdd(auth.apply_user_add(w, &req)?),
+            Request::AuthUserDelete(req) => {
+                ApplyResponse::AuthUserDelete(auth.apply_user_delete(w, &req)?)
+            }
+            Request::AuthUserChangePassword(req) => {
+                ApplyResponse::AuthUserChangePassword(auth.apply_user_change_password(w, &req)?)
+            }
+            Request::AuthUserGrantRole(req) => {
+                ApplyResponse::AuthUserGrantRole(auth.apply_user_grant_role(w, &req)?)
+            }
+            Request::AuthUserGet(req) => ApplyResponse::AuthUserGet(auth.apply_user_get(&req)?),
+            Request::AuthUserRevokeRole(req) => {
+                ApplyResponse::AuthUserRevokeRole(auth.apply_user_revoke_role(w, &req)?)
+            }
+            Request::AuthRoleAdd(req) => ApplyResponse::AuthRoleAdd(auth.apply_role_add(w, &req)?),
+            Request::AuthRoleGrantPermission(req) => {
+                ApplyResponse::AuthRoleGrantPermission(auth.apply_role_grant_permission(w, &req)?)
+            }
+            Request::AuthRoleGet(req) => ApplyResponse::AuthRoleGet(auth.apply_role_get(&req)?),
+            Request::AuthRoleRevokePermission(req) => {
+                ApplyResponse::AuthRoleRevokePermission(auth.apply_role_revoke_permission(w, &req)?)
+            }
+            Request::AuthRoleDelete(req) => {
+                ApplyResponse::AuthRoleDelete(auth.apply_role_delete(w, &req)?)
+            }
+            Request::AuthUserList(_) => ApplyResponse::AuthUserList(auth.apply_user_list()),
+            Request::AuthRoleList(_) => ApplyResponse::AuthRoleList(auth.apply_role_list()),
         })
     }
 }
@@ -132,6 +214,7 @@ impl StateMachine {
         alarms: Arc<Alarms>,
         members: Arc<ClusterMembers>,
         metrics: Arc<Metrics>,
+        auth: Arc<AuthStore>,
     ) -> StateMachine {
         StateMachine {
             store,
@@ -139,6 +222,7 @@ impl StateMachine {
             alarms,
             members,
             metrics,
+            auth,
         }
     }
 
@@ -150,7 +234,7 @@ impl StateMachine {
     pub(crate) fn apply(
         &self,
         index: u64,
-        request: Option<Request>,
+        request: Option<(AuthInfo, Request)>,
     ) -> Result<Option<ApplyOutcome>, String> {
         if index <= self.store.consistent_index() {
             return Ok(None);
@@ -158,13 +242,21 @@ impl StateMachine {
         let mut w = self.store.write(index);
         let outcome = match request {
             None => None,
-            Some(request) => {
+            Some((user, request)) => {
                 let kind = request.kind();
                 let started = Instant::now();
+                let authorized = Authorized {
+                    inner: Backend {
+                        machine: self,
+                        index,
+                    },
+                    machine: self,
+                    user,
+                };
                 let applied = match self.alarms.restriction() {
-                    Restriction::None => Backend(self).apply(&mut w, request),
-                    Restriction::Capped => Capped(Backend(self)).apply(&mut w, request),
-                    Restriction::Corrupt => Corrupt(Backend(self)).apply(&mut w, request),
+                    Restriction::None => authorized.apply(&mut w, request),
+                    Restriction::Capped => Capped(authorized).apply(&mut w, request),
+                    Restriction::Corrupt => Corrupt(authorized).apply(&mut w, request),
                 };
                 let outcome = match applied {
                     Ok(response) => Ok(response),
@@ -305,6 +397,7 @@ impl StateMachine {
     pub(crate) fn recover(&self) -> Result<(), mvcc::MvccError> {
         crate::bootstrap::recover_alarms(&self.alarms, &self.store)?;
         crate::bootstrap::recover_lessor(&self.lessor, &self.store)?;
+        self.auth.recover(&self.store)?;
         let members = self.store.members()?;
         self.members.replace(
             members

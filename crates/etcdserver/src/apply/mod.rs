@@ -346,7 +346,7 @@ impl Applier {
             }
         };
         let (id, request) = match request {
-            Some((id, request)) => (Some(id), Some(request)),
+            Some((id, user, request)) => (Some(id), Some((user, request))),
             None => (None, None),
         };
         match self.machine.apply(entry.index, request) {

@@ -4,12 +4,9 @@
 //! ([`Proposal`]: a proposer gets the response of its request's kind, so
 //! no caller matches on the kind it did not ask for).
 
-use api::etcdserverpb::{
-    AlarmRequest, AlarmResponse, ClusterMemberAttrSetRequest, CompactionRequest,
-    CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, InternalRaftRequest,
-    LeaseCheckpointRequest, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest,
-    LeaseRevokeResponse, PutRequest, PutResponse, RequestHeader, TxnRequest, TxnResponse,
-};
+use api::etcdserverpb::*;
+
+use crate::auth::AuthInfo;
 
 /// A request type that can be proposed; its response comes back typed.
 pub trait Proposal: Into<Request> {
@@ -49,21 +46,30 @@ macro_rules! requests {
                 unreachable!("{kind} kinds and none matched")
             }
 
-            /// The request a raft entry carries, and the proposal ID it was
-            /// proposed under; None when it carries no request this member
-            /// knows.
-            pub fn from_entry(entry: InternalRaftRequest) -> Option<(u64, Request)> {
-                let id = entry.header.as_ref().map_or(entry.id, |h| h.id);
+            /// The request a raft entry carries, the proposal ID it was
+            /// proposed under and who proposed it; None when it carries no
+            /// request this member knows.
+            pub fn from_entry(entry: InternalRaftRequest) -> Option<(u64, AuthInfo, Request)> {
+                let (id, user) = match &entry.header {
+                    Some(h) => (h.id, AuthInfo { username: h.username.clone(), revision: h.auth_revision }),
+                    None => (entry.id, AuthInfo::default()),
+                };
                 $(if let Some(request) = entry.$field {
-                    return Some((id, Request::$kind(request)));
+                    return Some((id, user, Request::$kind(request)));
                 })*
                 None
             }
 
-            /// The raft entry proposing this request under proposal `id`.
-            pub fn into_entry(self, id: u64) -> InternalRaftRequest {
+            /// The raft entry proposing this request under proposal `id`,
+            /// on behalf of `user` (None: auth is off or the request carries
+            /// no credentials).
+            pub fn into_entry(self, id: u64, user: Option<&AuthInfo>) -> InternalRaftRequest {
                 let mut entry = InternalRaftRequest {
-                    header: Some(RequestHeader { id, ..Default::default() }),
+                    header: Some(RequestHeader {
+                        id,
+                        username: user.map(|u| u.username.clone()).unwrap_or_default(),
+                        auth_revision: user.map_or(0, |u| u.revision),
+                    }),
                     ..Default::default()
                 };
                 match self {
@@ -104,6 +110,23 @@ requests! {
     LeaseCheckpoint(LeaseCheckpointRequest, lease_checkpoint) => ();
     Alarm(AlarmRequest, alarm) => AlarmResponse;
     ClusterMemberAttrSet(ClusterMemberAttrSetRequest, cluster_member_attr_set) => ();
+    Authenticate(InternalAuthenticateRequest, authenticate) => AuthenticateResponse;
+    AuthEnable(AuthEnableRequest, auth_enable) => AuthEnableResponse;
+    AuthDisable(AuthDisableRequest, auth_disable) => AuthDisableResponse;
+    AuthStatus(AuthStatusRequest, auth_status) => AuthStatusResponse;
+    AuthUserAdd(AuthUserAddRequest, auth_user_add) => AuthUserAddResponse;
+    AuthUserDelete(AuthUserDeleteRequest, auth_user_delete) => AuthUserDeleteResponse;
+    AuthUserChangePassword(AuthUserChangePasswordRequest, auth_user_change_password) => AuthUserChangePasswordResponse;
+    AuthUserGrantRole(AuthUserGrantRoleRequest, auth_user_grant_role) => AuthUserGrantRoleResponse;
+    AuthUserGet(AuthUserGetRequest, auth_user_get) => AuthUserGetResponse;
+    AuthUserRevokeRole(AuthUserRevokeRoleRequest, auth_user_revoke_role) => AuthUserRevokeRoleResponse;
+    AuthRoleAdd(AuthRoleAddRequest, auth_role_add) => AuthRoleAddResponse;
+    AuthRoleGrantPermission(AuthRoleGrantPermissionRequest, auth_role_grant_permission) => AuthRoleGrantPermissionResponse;
+    AuthRoleGet(AuthRoleGetRequest, auth_role_get) => AuthRoleGetResponse;
+    AuthRoleRevokePermission(AuthRoleRevokePermissionRequest, auth_role_revoke_permission) => AuthRoleRevokePermissionResponse;
+    AuthRoleDelete(AuthRoleDeleteRequest, auth_role_delete) => AuthRoleDeleteResponse;
+    AuthUserList(AuthUserListRequest, auth_user_list) => AuthUserListResponse;
+    AuthRoleList(AuthRoleListRequest, auth_role_list) => AuthRoleListResponse;
 }
 
 impl Request {
@@ -115,6 +138,28 @@ impl Request {
             Request::Txn(txn) => crate::alarms::cost_txn(txn) > 0,
             _ => false,
         }
+    }
+
+    /// Whether only root may make it when auth is on (etcd's
+    /// needAdminPermission).
+    pub fn needs_admin(&self) -> bool {
+        matches!(
+            self,
+            Request::AuthEnable(_)
+                | Request::AuthDisable(_)
+                | Request::AuthStatus(_)
+                | Request::AuthUserAdd(_)
+                | Request::AuthUserDelete(_)
+                | Request::AuthUserChangePassword(_)
+                | Request::AuthUserGrantRole(_)
+                | Request::AuthUserRevokeRole(_)
+                | Request::AuthRoleAdd(_)
+                | Request::AuthRoleGrantPermission(_)
+                | Request::AuthRoleRevokePermission(_)
+                | Request::AuthRoleDelete(_)
+                | Request::AuthUserList(_)
+                | Request::AuthRoleList(_)
+        )
     }
 
     /// Whether the corrupt applier (CORRUPT raised) refuses it: it writes
@@ -165,10 +210,16 @@ mod tests {
             ]
         );
         // An entry carries its request and proposal ID both ways.
+        let user = AuthInfo {
+            username: "alice".into(),
+            revision: 7,
+        };
         for request in requests {
             let kind = request.kind();
-            let (id, back) = Request::from_entry(request.into_entry(42)).expect("known");
+            let (id, who, back) =
+                Request::from_entry(request.into_entry(42, Some(&user))).expect("known");
             assert_eq!((id, back.kind()), (42, kind));
+            assert_eq!(who, user);
         }
         assert!(Request::from_entry(InternalRaftRequest::default()).is_none());
     }

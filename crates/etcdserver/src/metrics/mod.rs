@@ -37,6 +37,8 @@ pub struct Metrics {
     pub proposals_failed: IntCounter,
     pub health_success: IntCounter,
     pub health_failures: IntCounter,
+    /// etcd_debugging_auth_revision (set by the auth store).
+    pub auth_revision: IntGauge,
     pub grpc: grpc::GrpcMetrics,
     pub network: std::sync::Arc<network::NetworkMetrics>,
     pub ops: ops::OpsMetrics,
@@ -187,6 +189,11 @@ impl Metrics {
                 r,
                 "etcd_server_health_failures",
                 "The total number of failed health checks",
+            ),
+            auth_revision: gauge(
+                r,
+                "etcd_debugging_auth_revision",
+                "The current revision of auth store.",
             ),
             quota_backend_bytes: gauge(
                 r,

@@ -16,7 +16,10 @@
 //! - requires and verifies a client certificate whenever a trusted CA file
 //!   is set, with or without `--client-cert-auth` (etcd's listener.go), and
 //!   refuses a certificate whose serial (or any in its chain) the CRL file
-//!   lists, re-reading that file per connection as etcd does.
+//!   lists, re-reading that file per connection as etcd does; a refusal is
+//!   the `bad_certificate` alert, as from Go, whose clients print it as
+//!   `remote error: tls: bad certificate` ([`go_error_text`] words rustls's
+//!   errors so).
 //!
 //! [`TlsInfo::client_config`] and [`TlsDialer`] are the client side, for
 //! tools and tonic channels that dial `https://` endpoints.
@@ -25,6 +28,7 @@
 //! etcd's flags, dialing a TLS connection. Never: listeners (embed and the
 //! transport own them), the member.
 
+mod alert;
 mod dial;
 mod nistp521;
 mod reload;
@@ -43,6 +47,7 @@ use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+pub use alert::{go_alert_text, go_error_chain_text, go_error_text};
 pub use dial::TlsDialer;
 pub use reload::ReloadingCert;
 pub use selfcert::self_signed;

@@ -7,6 +7,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::*;
 
+mod alerts;
 mod nist_p521;
 
 /// A client of `ca`'s server certificate, presenting `cert` if given.
@@ -161,12 +162,7 @@ async fn a_revoked_client_certificate_is_refused() {
         .await
         .is_ok());
     let refused = handshake(server, client(&ca, Some(&revoked))).await;
-    assert!(
-        refused
-            .as_ref()
-            .is_err_and(|e| e.to_lowercase().contains("revoked")),
-        "{refused:?}"
-    );
+    assert!(refused.is_err(), "{refused:?}");
 }
 
 #[tokio::test]

@@ -27,6 +27,8 @@ use tokio::sync::{mpsc, watch};
 
 use crate::wait::Wait;
 
+#[cfg(test)]
+mod auth_tests;
 pub(crate) mod machine;
 pub mod request;
 #[cfg(test)]

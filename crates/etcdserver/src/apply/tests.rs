@@ -19,6 +19,7 @@ use proptest::prelude::*;
 use super::request::{ApplyResponse, Request};
 use super::{ApplyOutcome, StateMachine};
 use crate::alarms::Alarms;
+use crate::auth::{AuthConfig, AuthInfo, AuthStore};
 use crate::membership::{ClusterMembers, Member};
 use crate::metrics::Metrics;
 
@@ -26,7 +27,7 @@ const MEMBER: u64 = 0x8e9e05c52164694d;
 
 /// A member's state machine on `dir`, its leases and alarms rebuilt from
 /// the store, as a start does.
-fn machine(dir: &Path) -> StateMachine {
+pub(super) fn machine(dir: &Path) -> StateMachine {
     let store = Arc::new(Store::open(&dir.join("db")).unwrap());
     let lessor = Arc::new(Lessor::new(5, None));
     {
@@ -46,20 +47,43 @@ fn machine(dir: &Path) -> StateMachine {
         Arc::new(Alarms::default()),
         members,
         Arc::new(Metrics::new(MEMBER, false)),
+        Arc::new(test_auth_store()),
     );
     m.recover().unwrap();
     m
 }
 
+/// An auth store with simple tokens and bcrypt's lowest cost.
+pub(super) fn test_auth_store() -> AuthStore {
+    let config = AuthConfig {
+        bcrypt_cost: 4,
+        ..AuthConfig::default()
+    };
+    AuthStore::new(
+        &config,
+        prometheus::IntGauge::new("auth_revision", "test").unwrap(),
+    )
+    .unwrap()
+}
+
 /// Applies `request` as the entry after the last one applied.
-fn apply(m: &StateMachine, request: impl Into<Request>) -> ApplyOutcome {
+pub(super) fn apply(m: &StateMachine, request: impl Into<Request>) -> ApplyOutcome {
+    apply_as(m, AuthInfo::default(), request)
+}
+
+/// Applies `request` made by `user`.
+pub(super) fn apply_as(
+    m: &StateMachine,
+    user: AuthInfo,
+    request: impl Into<Request>,
+) -> ApplyOutcome {
     let index = m.store.consistent_index() + 1;
-    m.apply(index, Some(request.into()))
+    m.apply(index, Some((user, request.into())))
         .expect("applies")
         .expect("not applied before")
 }
 
-fn put(key: &str, value: &str, lease: i64) -> PutRequest {
+pub(super) fn put(key: &str, value: &str, lease: i64) -> PutRequest {
     PutRequest {
         key: key.as_bytes().to_vec().into(),
         value: value.as_bytes().to_vec().into(),
@@ -68,7 +92,7 @@ fn put(key: &str, value: &str, lease: i64) -> PutRequest {
     }
 }
 
-fn value(m: &StateMachine, key: &str) -> Option<String> {
+pub(super) fn value(m: &StateMachine, key: &str) -> Option<String> {
     let r = m
         .store
         .range(&RangeRequest {
@@ -243,8 +267,14 @@ fn nospace_caps_growth_and_corrupt_refuses_writes_as_etcds_appliers() {
 fn an_entry_applied_before_is_skipped() {
     let dir = tempfile::tempdir().unwrap();
     let m = machine(dir.path());
-    assert!(m.apply(1, Some(put("k", "1", 0).into())).unwrap().is_some());
-    assert!(m.apply(1, Some(put("k", "2", 0).into())).unwrap().is_none());
+    assert!(m
+        .apply(1, Some((AuthInfo::default(), put("k", "1", 0).into())))
+        .unwrap()
+        .is_some());
+    assert!(m
+        .apply(1, Some((AuthInfo::default(), put("k", "2", 0).into())))
+        .unwrap()
+        .is_none());
     assert_eq!(value(&m, "k").as_deref(), Some("1"));
     // An entry with no request (raft's own, a conf change) records its index.
     assert!(m.apply(2, None).unwrap().is_none());
@@ -315,7 +345,7 @@ proptest! {
         let clean_dir = tempfile::tempdir().unwrap();
         let clean = machine(clean_dir.path());
         for (i, request) in log.iter().enumerate() {
-            let _ = clean.apply(i as u64 + 1, Some(request.clone())).unwrap();
+            let _ = clean.apply(i as u64 + 1, Some((AuthInfo::default(), request.clone()))).unwrap();
         }
 
         let dir = tempfile::tempdir().unwrap();
@@ -323,7 +353,7 @@ proptest! {
         {
             let before = machine(dir.path());
             for (i, request) in log.iter().enumerate() {
-                let _ = before.apply(i as u64 + 1, Some(request.clone())).unwrap();
+                let _ = before.apply(i as u64 + 1, Some((AuthInfo::default(), request.clone()))).unwrap();
                 if i == durable_at {
                     before.store.commit(true).unwrap();
                 }
@@ -333,7 +363,7 @@ proptest! {
         let replayed = machine(dir.path());
         let started = Instant::now();
         for (i, request) in log.iter().enumerate() {
-            let _ = replayed.apply(i as u64 + 1, Some(request.clone())).unwrap();
+            let _ = replayed.apply(i as u64 + 1, Some((AuthInfo::default(), request.clone()))).unwrap();
         }
         prop_assert!(started.elapsed().as_secs() < 60);
         prop_assert_eq!(state(&replayed), state(&clean));

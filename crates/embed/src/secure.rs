@@ -44,7 +44,9 @@ impl Connected for TlsConn {
             common_name: session
                 .peer_certificates()
                 .and_then(|chain| chain.first())
-                .and_then(tls::client_common_name),
+                // A verified certificate without a CN is the user "" (etcd:
+                // permission denied, not "user name is empty").
+                .map(|leaf| tls::client_common_name(leaf).unwrap_or_default()),
         }
     }
 }

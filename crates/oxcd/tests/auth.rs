@@ -476,3 +476,95 @@ async fn maintenance_needs_root_and_a_restored_snapshot_keeps_auth() {
     let alice = token(e, "alice", "alicepw").await.unwrap();
     put_as(e, &alice, "a/x", "1").await.unwrap();
 }
+
+/// etcdctl 3.4 over TLS with the client certificate `cert`, plus `args`.
+fn etcdctl_tls(
+    endpoint: &str,
+    ca: &Path,
+    cert: &testkit::pki::CertFiles,
+    args: &[&str],
+) -> (bool, String) {
+    let out = std::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args([
+            "--endpoints",
+            endpoint,
+            "--dial-timeout",
+            "3s",
+            "--command-timeout",
+            "5s",
+        ])
+        .args(["--cacert", ca.to_str().unwrap()])
+        .args([
+            "--cert",
+            cert.cert.to_str().unwrap(),
+            "--key",
+            cert.key.to_str().unwrap(),
+        ])
+        .args(args)
+        .output()
+        .expect("etcdctl runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+#[test]
+fn with_client_cert_auth_the_certificate_common_name_is_the_user() {
+    use testkit::pki::{TestCa, Usage};
+    let dir = tempfile::tempdir().unwrap();
+    let mut ca = TestCa::new(dir.path(), "ca");
+    let server = ca.issue("server", "oxcd", &["localhost", "127.0.0.1"], Usage::Server);
+    let root_cert = ca.issue("root", "root", &[], Usage::Client);
+    let alice_cert = ca.issue("alice", "alice", &[], Usage::Client);
+    let nobody = ca.issue("nobody", "", &[], Usage::Client);
+    let ca_file = ca.ca_file();
+    let flags = [
+        "--bcrypt-cost",
+        "4",
+        "--cert-file",
+        server.cert.to_str().unwrap(),
+        "--key-file",
+        server.key.to_str().unwrap(),
+        "--trusted-ca-file",
+        ca_file.to_str().unwrap(),
+        "--client-cert-auth",
+    ];
+    let member = Process::start_oxcd_secure(&oxcd_bin(), &dir.path().join("m"), &flags);
+    let e = &member.endpoint;
+    let run = |cert, args: &[&str]| etcdctl_tls(e, &ca_file, cert, args);
+    let must = |cert, args: &[&str]| {
+        let (ok, out) = run(cert, args);
+        assert!(ok, "{args:?}: {out}");
+    };
+    must(&root_cert, &["user", "add", "root:rootpw"]);
+    must(&root_cert, &["user", "grant-role", "root", "root"]);
+    must(&root_cert, &["user", "add", "alice:alicepw"]);
+    must(&root_cert, &["role", "add", "reader"]);
+    must(
+        &root_cert,
+        &["role", "grant-permission", "reader", "read", "foo"],
+    );
+    must(&root_cert, &["user", "grant-role", "alice", "reader"]);
+    must(&root_cert, &["auth", "enable"]);
+    // No token: the certificate's CN is the user.
+    must(&root_cert, &["put", "foo", "bar"]);
+    must(&alice_cert, &["get", "foo"]);
+    let (ok, out) = run(&alice_cert, &["put", "foo", "x"]);
+    assert!(
+        !ok && out.contains("etcdserver: permission denied"),
+        "{out}"
+    );
+    // etcd: a verified certificate without a CN is the user "", unknown.
+    let (ok, out) = run(&nobody, &["get", "foo"]);
+    assert!(
+        !ok && out.contains("etcdserver: permission denied"),
+        "{out}"
+    );
+    // A token wins over the certificate.
+    let (ok, out) = run(&root_cert, &["--user", "alice:alicepw", "put", "foo", "x"]);
+    assert!(
+        !ok && out.contains("etcdserver: permission denied"),
+        "{out}"
+    );
+}

@@ -27,7 +27,8 @@ use etcdserver::EtcdServer;
 pub struct TlsConnectInfo {
     pub remote_addr: Option<std::net::SocketAddr>,
     /// The Common Name of the client's verified certificate, if it sent one
-    /// (etcd's user name for `--client-cert-auth` when no token is sent).
+    /// (etcd's user name for `--client-cert-auth` when no token is sent;
+    /// empty for a certificate without one).
     pub common_name: Option<String>,
 }
 

@@ -56,7 +56,7 @@ impl EtcdServer {
             };
         }
         if self.cfg.client_tls.client_cert_auth {
-            if let Some(cn) = cert_common_name.filter(|cn| !cn.is_empty()) {
+            if let Some(cn) = cert_common_name {
                 return Ok(Some(AuthInfo {
                     username: cn.to_string(),
                     revision: self.auth.revision(),

@@ -116,9 +116,6 @@ pub struct AuthStore {
     /// Authenticate or UserAdd calls waits here instead of taking every
     /// blocking thread.
     hashing: tokio::sync::Semaphore,
-    /// A hash of the configured cost that unknown users are checked
-    /// against, so that a wrong user name costs what a wrong password does.
-    decoy: String,
     revision_gauge: prometheus::IntGauge,
 }
 
@@ -147,7 +144,6 @@ impl AuthStore {
             );
             bcrypt_cost = BCRYPT_DEFAULT_COST;
         }
-        let decoy = bcrypt_hash(&random_password(), bcrypt_cost).unwrap_or_default();
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
         Ok(AuthStore {
             state: RwLock::new(State::default()),
@@ -156,7 +152,6 @@ impl AuthStore {
             tokens,
             bcrypt_cost,
             hashing: tokio::sync::Semaphore::new(workers),
-            decoy,
             revision_gauge,
         })
     }
@@ -751,13 +746,20 @@ impl AuthStore {
                 None => (None, 0),
             }
         };
-        let known = hash.is_some();
-        let hash = hash.unwrap_or_else(|| self.decoy.clone());
         let password = password.to_string();
+        let cost = self.bcrypt_cost;
         let matches = self
-            .blocking_hash(move || bcrypt::verify(password, &hash).unwrap_or(false))
+            .blocking_hash(move || match hash {
+                Some(hash) => bcrypt::verify(password, &hash).unwrap_or(false),
+                // An unknown user costs a hash too: a wrong name takes as
+                // long as a wrong password.
+                None => {
+                    let _ = bcrypt_hash(&password, cost);
+                    false
+                }
+            })
             .await?;
-        if known && matches {
+        if matches {
             Ok(revision)
         } else {
             Err(rpctypes::AUTH_FAILED)
@@ -810,10 +812,4 @@ impl AuthStore {
 /// Go's bcrypt format (`$2a$`), which etcd stores and reads.
 fn bcrypt_hash(password: &str, cost: u32) -> Result<String, bcrypt::BcryptError> {
     Ok(bcrypt::hash_with_result(password, cost)?.format_for_version(bcrypt::Version::TwoA))
-}
-
-fn random_password() -> String {
-    let mut bytes = [0u8; 24];
-    let _ = getrandom::getrandom(&mut bytes);
-    base64::engine::general_purpose::STANDARD.encode(bytes)
 }

@@ -331,10 +331,7 @@ impl AuthStore {
             if state.users.contains_key(&req.name) {
                 return Err(rpctypes::USER_ALREADY_EXIST);
             }
-            let options = req
-                .options
-                .clone()
-                .unwrap_or(UserAddOptions { no_password: false });
+            let options = req.options.unwrap_or(UserAddOptions { no_password: false });
             let password = if options.no_password {
                 Vec::new()
             } else {

@@ -41,7 +41,9 @@ pub fn lazy_channel(
     })
 }
 
-/// A channel to `url`, connected now; over TLS with `tls`.
+/// A channel to `url`, connected now; over TLS with `tls`. A failure
+/// says why (tonic's own text is only "transport error"), a TLS one in
+/// Go's words (`remote error: tls: bad certificate`).
 pub async fn channel(
     url: &str,
     connect_timeout: Duration,
@@ -56,5 +58,5 @@ pub async fn channel(
         }
         None => endpoint.connect().await,
     };
-    connected.map_err(|e| e.to_string())
+    connected.map_err(|e| tls::go_error_chain_text(&e))
 }

@@ -104,10 +104,14 @@ pub(super) async fn run_peer(link: Link, url: String, mut queue: mpsc::Receiver<
     };
     let mut backoff = BACKOFF_MIN;
     let mut was_connected = false;
+    let mut failure = DialFailure::default();
     loop {
         let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connect_raft(&addr, &link)).await {
             Ok(Ok(stream)) => stream,
-            _ => {
+            dialed => {
+                if let Ok(Err(e)) = &dialed {
+                    failure.report(to, e);
+                }
                 if was_connected {
                     tracing::warn!(peer = %format!("{to:x}"), "lost TCP streaming connection with remote peer");
                     link.observer.connection(to, false);
@@ -135,13 +139,45 @@ pub(super) async fn run_peer(link: Link, url: String, mut queue: mpsc::Receiver<
         prober.abort();
         match streamed {
             Streamed::Stopping => return,
-            // Only a link that carried messages resets the back-off: one
-            // the peer refuses at once must not be retried in a tight loop.
-            Streamed::Broken { carried: true } => backoff = BACKOFF_MIN,
-            Streamed::Broken { carried: false } => {}
+            Streamed::Broken { carried, error } => {
+                if carried {
+                    failure = DialFailure::default();
+                }
+                if let Some(e) = error {
+                    failure.report(to, &e);
+                }
+                // Only a link that carried messages resets the back-off:
+                // one the peer refuses at once must not be retried in a
+                // tight loop.
+                if carried {
+                    backoff = BACKOFF_MIN;
+                }
+            }
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// Why the link to a peer fails, logged when it changes (not at every
+/// retry), in Go's words for TLS: a member whose certificate its peer
+/// refuses logs `remote error: tls: bad certificate`, as etcd's does.
+#[derive(Default)]
+struct DialFailure {
+    last: Option<String>,
+}
+
+impl DialFailure {
+    fn report(&mut self, to: u64, error: &std::io::Error) {
+        let text = tls::go_error_chain_text(error);
+        if self.last.as_deref() != Some(text.as_str()) {
+            tracing::warn!(
+                "remote-peer-id" = %format!("{to:x}"),
+                error = %text,
+                "failed to dial remote peer"
+            );
+            self.last = Some(text);
+        }
     }
 }
 
@@ -162,8 +198,11 @@ enum Streamed {
     /// The transport is gone: the member is stopping.
     Stopping,
     /// The connection failed or the peer closed it; `carried` if any batch
-    /// went through first.
-    Broken { carried: bool },
+    /// went through first; the failure, unless the peer closed it cleanly.
+    Broken {
+        carried: bool,
+        error: Option<std::io::Error>,
+    },
 }
 
 /// Streams the queue's messages to the peer in batches (up to
@@ -186,7 +225,9 @@ async fn stream_batches(
         // peer for a long time).
         let first = tokio::select! {
             first = queue.recv() => first,
-            _ = reader.read(&mut eof) => return Streamed::Broken { carried },
+            read = reader.read(&mut eof) => {
+                return Streamed::Broken { carried, error: read.err() };
+            }
         };
         let Some(first) = first else {
             return Streamed::Stopping;
@@ -207,9 +248,12 @@ async fn stream_batches(
         // link forever: etcd's ConnWriteTimeout.
         match tokio::time::timeout(WRITE_TIMEOUT, writer.write_all(&frames)).await {
             Ok(Ok(())) => {}
-            _ => {
+            written => {
                 link.observer.send_failed(to, count);
-                return Streamed::Broken { carried };
+                return Streamed::Broken {
+                    carried,
+                    error: written.ok().and_then(Result::err),
+                };
             }
         }
         link.observer.sent(to, (frames.len() as u64) - 4 * count);
@@ -535,6 +579,90 @@ mod tests {
         bytes.extend(std::iter::repeat_n(9u8, sent));
         tx.write_all(&bytes).await.unwrap();
         (tx, rx)
+    }
+
+    struct Unobserved;
+
+    impl NetworkObserver for Unobserved {
+        fn round_trip(&self, _: u64, _: Duration) {}
+        fn sent(&self, _: u64, _: u64) {}
+        fn received(&self, _: u64, _: u64) {}
+        fn send_failed(&self, _: u64, _: u64) {}
+        fn connection(&self, _: u64, _: bool) {}
+    }
+
+    /// The failure of a raft link to a peer whose listener refuses this
+    /// member's certificate (its CN is not the allowed one), over `max`.
+    async fn refused_link_error(max: &str) -> std::io::Error {
+        use testkit::pki::{TestCa, Usage};
+        let dir = tempfile::tempdir().unwrap();
+        let mut ca = TestCa::new(dir.path(), "ca");
+        let peer = ca.issue("peer", "m2", &["127.0.0.1"], Usage::Peer);
+        let member = ca.issue("member", "m1", &["127.0.0.1"], Usage::Peer);
+        let server = tls::TlsInfo {
+            cert_file: Some(peer.cert.clone()),
+            key_file: Some(peer.key.clone()),
+            trusted_ca_file: Some(ca.ca_file()),
+            allowed_cns: vec!["m3".into()],
+            max_version: Some(max.into()),
+            ..Default::default()
+        }
+        .server_config()
+        .unwrap();
+        let mut server = (*server).clone();
+        server.alpn_protocols = vec![RAFT_ALPN.to_vec()];
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+        let serve = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let _ = acceptor.accept(tcp).await;
+        });
+        let client = tls::TlsInfo {
+            cert_file: Some(member.cert.clone()),
+            key_file: Some(member.key.clone()),
+            trusted_ca_file: Some(ca.ca_file()),
+            ..Default::default()
+        }
+        .client_config()
+        .unwrap();
+        let link = Link {
+            from: 1,
+            to: 2,
+            cluster_id: 7,
+            observer: Arc::new(Unobserved),
+            probes: tokio::runtime::Handle::current(),
+            tls: Some(client),
+        };
+        let error = match connect_raft(&addr, &link).await {
+            Err(e) => e,
+            // TLS 1.3: the handshake is over for the client before the
+            // peer has looked at its certificate; the alert comes next
+            Ok(stream) => {
+                let (_tx, mut queue) = mpsc::channel(1);
+                match stream_batches(&link, &mut queue, stream).await {
+                    Streamed::Broken {
+                        error: Some(e),
+                        carried: false,
+                    } => e,
+                    _ => panic!("{max}: the link was not refused"),
+                }
+            }
+        };
+        serve.await.unwrap();
+        error
+    }
+
+    #[tokio::test]
+    async fn a_refused_member_sees_remote_error_tls_bad_certificate_as_etcds_does() {
+        for max in ["TLS1.2", "TLS1.3"] {
+            let error = refused_link_error(max).await;
+            assert_eq!(
+                tls::go_error_chain_text(&error),
+                "remote error: tls: bad certificate",
+                "{max}"
+            );
+        }
     }
 
     #[tokio::test]

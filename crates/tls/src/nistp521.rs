@@ -182,7 +182,8 @@ impl SignatureVerificationAlgorithm for P521Verify {
 /// chains; for handshake signatures, `ecdsa_secp521r1_sha512`, and the
 /// P-256 and P-384 schemes also with a P-521 key (TLS 1.2 does not tie the
 /// curve to the scheme; TLS 1.3 takes only a scheme's first algorithm, the
-/// one of its own curve). Built once: rustls wants them `'static`.
+/// one of its own curve). Built once (rustls wants them `'static`), from
+/// ring's, the only provider [`with_p521`] is given.
 fn verification_algorithms(ring: WebPkiSupportedAlgorithms) -> WebPkiSupportedAlgorithms {
     static EXTENDED: OnceLock<WebPkiSupportedAlgorithms> = OnceLock::new();
     *EXTENDED.get_or_init(|| {

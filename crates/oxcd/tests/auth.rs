@@ -430,6 +430,25 @@ async fn maintenance_needs_root_and_a_restored_snapshot_keeps_auth() {
     assert!(!ok && out.contains("permission denied"), "{out}");
     let (ok, out) = etcdctl(e, &["defrag"]);
     assert!(!ok && out.contains("user name is empty"), "{out}");
+    // The Lock service runs its recipe with the caller's credentials:
+    // alice may write under a/ only.
+    let alice = token(e, "alice", "alicepw").await.unwrap();
+    let mut lock = api::v3lockpb::lock_client::LockClient::new(channel(e).await);
+    let request = |name: &str| api::v3lockpb::LockRequest {
+        name: name.as_bytes().to_vec().into(),
+        lease: 0,
+    };
+    // etcd's v3lock answers a client error with code Unknown.
+    assert_status(
+        lock.lock(with_token(request("l"), &alice)).await,
+        Code::Unknown,
+        "etcdserver: permission denied",
+    );
+    let held = lock.lock(with_token(request("a/l"), &alice)).await.unwrap();
+    assert!(held.into_inner().key.starts_with(b"a/l/"));
+    // etcdctl's own recipes (client side) meet the same checks.
+    let (ok, out) = etcdctl(e, &["--user", "alice:alicepw", "lock", "l", "true"]);
+    assert!(!ok && out.contains("permission denied"), "{out}");
     let snapshot = dir.path().join("snap.db");
     let snapshot = snapshot.to_str().unwrap();
     let (ok, out) = etcdctl(

@@ -51,13 +51,12 @@ impl ElectionService {
     /// Election.Proclaim on a resumed election: rewrite the leader key's
     /// value if the key is still the one created at `leader.rev`.
     async fn proclaim_as(
-        &self,
+        client: &LocalClient,
         leader: &LeaderKey,
         lease: i64,
         value: &[u8],
     ) -> Result<ResponseHeader, Status> {
-        let resp = self
-            .client
+        let resp = client
             .txn(TxnRequest {
                 compare: vec![create_revision_is(&leader.key, leader.rev)],
                 success: vec![put_op(&leader.key, value, lease)],
@@ -91,8 +90,7 @@ impl Election for ElectionService {
         let mut key = prefix.clone();
         key.extend_from_slice(go_hex(lease).as_bytes());
 
-        let resp = self
-            .client
+        let resp = client
             .txn(TxnRequest {
                 compare: vec![create_revision_is(&key, 0)],
                 success: vec![put_op(&key, &req.value, lease)],
@@ -115,7 +113,7 @@ impl Election for ElectionService {
                     rev: leader_rev,
                     lease,
                 };
-                if let Err(e) = self.proclaim_as(&leader, lease, &req.value).await {
+                if let Err(e) = Self::proclaim_as(&client, &leader, lease, &req.value).await {
                     // A failed proclaim leaves etcd's election without a key
                     // when it lost the leadership; only another failure resigns.
                     if e.message() != NOT_LEADER {
@@ -167,7 +165,7 @@ impl Election for ElectionService {
         // As etcd: a leader key without a lease gets a fresh session lease,
         // and the proclaimed value is put under it.
         let lease = client.session(leader.lease).await?;
-        let header = self.proclaim_as(&leader, lease, &req.value).await?;
+        let header = Self::proclaim_as(&client, &leader, lease, &req.value).await?;
         Ok(Response::new(ProclaimResponse {
             header: Some(header),
         }))
@@ -231,8 +229,7 @@ impl Election for ElectionService {
         // etcd opens a session here too (granting a lease when none is
         // given) although resigning does not use it.
         client.session(leader.lease).await?;
-        let resp = self
-            .client
+        let resp = client
             .txn(TxnRequest {
                 compare: vec![create_revision_is(&leader.key, leader.rev)],
                 success: vec![delete_op(&leader.key)],

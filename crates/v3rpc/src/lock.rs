@@ -48,8 +48,7 @@ impl Lock for LockService {
         // Put ourselves in the queue (or find our key from an earlier
         // Lock of this lease), and fetch the holder in the same round.
         let owner = range_op(first_created(&prefix, SortOrder::Ascend));
-        let resp = self
-            .client
+        let resp = client
             .txn(TxnRequest {
                 compare: vec![create_revision_is(&my_key, 0)],
                 success: vec![put_op(&my_key, b"", lease), owner.clone()],

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use tonic::transport::{Channel, Endpoint};
 
+use crate::auth::{authenticate, Connection, Credentials, TokenInterceptor};
 use crate::limiter::{self, RateLimiter};
 use crate::report::{Precision, Recorder, Stats};
 
@@ -23,6 +24,8 @@ pub struct Settings {
     pub dial_timeout: Option<Duration>,
     /// `--cacert`, `--cert`, `--key`: TLS to every endpoint.
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// `--user`, `--password`: every connection authenticates once as this user.
+    pub credentials: Option<Credentials>,
 }
 
 fn endpoint_url(endpoint: &str, tls: bool) -> String {
@@ -36,7 +39,7 @@ fn endpoint_url(endpoint: &str, tls: bool) -> String {
     }
 }
 
-/// One gRPC connection to `endpoint` (over TLS with `tls`), dialled now so
+/// One gRPC channel to `endpoint` (over TLS with `tls`), dialled now so
 /// that a wrong address fails before the benchmark starts (as etcd's "dial
 /// error").
 pub async fn dial(
@@ -66,21 +69,51 @@ impl Settings {
     /// `--conns` connections spread round-robin over the endpoints, then
     /// `--clients` handles spread round-robin over the connections (etcd's
     /// `mustCreateClients`).
-    pub async fn clients(&self) -> Result<Vec<Channel>, String> {
+    pub async fn clients(&self) -> Result<Vec<Connection>, String> {
         let conns = self.conns.max(1);
-        let mut channels = Vec::with_capacity(conns);
+        let mut connections = Vec::with_capacity(conns);
         for i in 0..conns {
             let endpoint = &self.endpoints[i % self.endpoints.len()];
-            channels.push(dial(endpoint, self.dial_timeout, self.tls.as_ref()).await?);
+            connections.push(self.connect(endpoint, self.dial_timeout).await?);
         }
         Ok((0..self.clients.max(1))
-            .map(|i| channels[i % conns].clone())
+            .map(|i| connections[i % conns].clone())
             .collect())
     }
 
     /// One more connection of its own (etcd's `mustCreateConn`).
-    pub async fn connection(&self) -> Result<Channel, String> {
-        dial(&self.endpoints[0], self.dial_timeout, self.tls.as_ref()).await
+    pub async fn connection(&self) -> Result<Connection, String> {
+        self.connect(&self.endpoints[0], self.dial_timeout).await
+    }
+
+    /// Dial `endpoint` and, with `--user`, authenticate on it, within
+    /// `timeout` each (clientv3 bounds its Authenticate by the dial timeout).
+    /// A refused Authenticate fails as etcd's benchmark does: "dial error:
+    /// etcdserver: authentication failed, invalid user ID or password".
+    pub async fn connect(
+        &self,
+        endpoint: &str,
+        timeout: Option<Duration>,
+    ) -> Result<Connection, String> {
+        let channel = dial(endpoint, timeout, self.tls.as_ref()).await?;
+        let token = match &self.credentials {
+            None => None,
+            Some(credentials) => {
+                let authenticating = authenticate(&channel, credentials);
+                let authenticated = match timeout {
+                    Some(timeout) => tokio::time::timeout(timeout, authenticating)
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(tonic::Status::deadline_exceeded(
+                                "context deadline exceeded",
+                            ))
+                        }),
+                    None => authenticating.await,
+                };
+                authenticated.map_err(|s| format!("dial error: {}", status_message(&s)))?
+            }
+        };
+        Ok(Connection::new(channel, TokenInterceptor::new(token)))
     }
 
     pub fn output(&self) -> Output {

@@ -7,12 +7,14 @@
 //! generated clients: on a 2-core machine the client competes with the server
 //! for CPU, so the hot loop does one request build and one RPC, collects
 //! latencies in per-task vectors (no channel, no lock) and merges them at the
-//! end.
+//! end. With `--user`, each connection authenticates once and its requests
+//! carry the token (see [`auth`]), as clientv3's do.
 //!
 //! Never: links the server, or changes what is measured to flatter oxcd — a
 //! workload does what etcd's benchmark does, and where it cannot (an
 //! unimplemented RPC), the failure is counted and reported, never hidden.
 
+pub mod auth;
 pub mod client;
 pub mod gofmt;
 pub mod keys;

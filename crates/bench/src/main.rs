@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use bench::auth::{ask_password, credentials_from_flags};
 use bench::client::Settings;
 use bench::report::Precision;
 use bench::workloads::{health, lease, lease_expire, put, range, txn_put, watch, watch_latency};
@@ -56,6 +57,12 @@ struct Cli {
     /// identify secure client using this TLS key file
     #[arg(long = "key", id = "tls_key", global = true, default_value = "")]
     key: String,
+    /// provide username[:password] and prompt if password is not supplied.
+    #[arg(long, global = true, default_value = "")]
+    user: String,
+    /// password for authentication (if this option is used, --user option shouldn't include password)
+    #[arg(long, global = true, default_value = "")]
+    password: String,
     /// Runtime worker threads for the client (0: one per CPU)
     #[arg(long, global = true, default_value_t = 0)]
     client_threads: usize,
@@ -267,6 +274,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         json: cli.json,
         dial_timeout: (!cli.dial_timeout.is_zero()).then_some(cli.dial_timeout),
         tls: client_tls(&cli.cacert, &cli.cert, &cli.key)?,
+        credentials: credentials_from_flags(&cli.user, &cli.password, ask_password)?,
     };
     if settings.endpoints.is_empty() {
         return Err("no --endpoints given".into());
@@ -401,5 +409,32 @@ fn main() {
     if let Err(message) = runtime.block_on(run(cli)) {
         eprintln!("{message}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(args).expect("valid command line")
+    }
+
+    #[test]
+    fn user_and_password_are_global_flags() {
+        let cli = parse(&["oxbench", "put", "--user", "bench:pw", "--total", "1"]);
+        assert_eq!((cli.user.as_str(), cli.password.as_str()), ("bench:pw", ""));
+        let cli = parse(&[
+            "oxbench",
+            "--user",
+            "bench",
+            "--password",
+            "pw",
+            "range",
+            "foo",
+        ]);
+        assert_eq!((cli.user.as_str(), cli.password.as_str()), ("bench", "pw"));
+        let cli = parse(&["oxbench", "range", "foo"]);
+        assert_eq!((cli.user.as_str(), cli.password.as_str()), ("", ""));
     }
 }

@@ -1,15 +1,19 @@
 //! `health`: not an etcd benchmark command but the probe bench/compare.sh
 //! times restarts with. Healthy means what `etcdctl endpoint health` checks:
-//! Maintenance.Status answers with a leader, and a linearizable Range succeeds.
+//! Maintenance.Status answers with a leader, and a linearizable Range succeeds
+//! or is refused for permission only (the member answered). With `--user`,
+//! each probe authenticates first, so a member restarting with auth enabled
+//! is healthy once it can also authenticate.
 
 use std::time::{Duration, Instant};
 
 use api::etcdserverpb::kv_client::KvClient;
 use api::etcdserverpb::maintenance_client::MaintenanceClient;
 use api::etcdserverpb::{RangeRequest, StatusRequest};
+use api::rpctypes;
 use bytes::Bytes;
 
-use crate::client::{dial, status_message, Settings};
+use crate::client::{status_message, Settings};
 
 /// Pause between probes: short, because the probe times restarts.
 const PROBE_INTERVAL: Duration = Duration::from_millis(20);
@@ -17,8 +21,8 @@ const PROBE_INTERVAL: Duration = Duration::from_millis(20);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 async fn probe(settings: &Settings, endpoint: &str) -> Result<(), String> {
-    let channel = dial(endpoint, Some(PROBE_TIMEOUT), settings.tls.as_ref()).await?;
-    let status = MaintenanceClient::new(channel.clone())
+    let connection = settings.connect(endpoint, Some(PROBE_TIMEOUT)).await?;
+    let status = MaintenanceClient::new(connection.clone())
         .status(StatusRequest {})
         .await
         .map_err(|s| status_message(&s))?
@@ -26,14 +30,17 @@ async fn probe(settings: &Settings, endpoint: &str) -> Result<(), String> {
     if status.leader == 0 {
         return Err("no leader".into());
     }
-    KvClient::new(channel)
+    let read = KvClient::new(connection)
         .range(RangeRequest {
             key: Bytes::from_static(b"health"),
             ..Default::default()
         })
-        .await
-        .map_err(|s| status_message(&s))?;
-    Ok(())
+        .await;
+    match read {
+        Ok(_) => Ok(()),
+        Err(s) if s.message() == rpctypes::PERMISSION_DENIED.message => Ok(()),
+        Err(s) => Err(status_message(&s)),
+    }
 }
 
 /// Probe until healthy or `timeout`; prints the seconds it took.
@@ -55,6 +62,8 @@ pub async fn run(settings: &Settings, timeout: Duration) -> Result<(), String> {
                 }
                 return Ok(());
             }
+            // The member answered: a wrong password will not get better.
+            Ok(Err(e)) if e.ends_with(rpctypes::AUTH_FAILED.message) => return Err(e),
             Ok(Err(e)) => last_error = e,
             Err(_) => last_error = "probe timed out".into(),
         }

@@ -4,16 +4,16 @@
 
 use api::etcdserverpb::lease_client::LeaseClient;
 use api::etcdserverpb::{LeaseGrantRequest, LeaseKeepAliveRequest};
-use tonic::transport::Channel;
 
+use crate::auth::Connection;
 use crate::client::{drive, status_message, Settings};
 
 const LEASE_TTL_SECS: i64 = 100;
 
 pub async fn run(settings: &Settings, total: u64) -> Result<(), String> {
-    let mut clients: Vec<(LeaseClient<Channel>, Result<i64, String>)> = Vec::new();
-    for channel in settings.clients().await? {
-        let mut lease = LeaseClient::new(channel);
+    let mut clients: Vec<(LeaseClient<Connection>, Result<i64, String>)> = Vec::new();
+    for connection in settings.clients().await? {
+        let mut lease = LeaseClient::new(connection);
         let grant = lease
             .lease_grant(LeaseGrantRequest {
                 ttl: LEASE_TTL_SECS,

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use api::etcdserverpb::kv_client::KvClient;
 use api::etcdserverpb::lease_client::LeaseClient;
 use api::etcdserverpb::{LeaseGrantRequest, PutRequest, RangeRequest};
-use tonic::transport::Channel;
 
+use crate::auth::Connection;
 use crate::client::{drive, status_message, Settings};
 use crate::limiter::{self, RateLimiter};
 use crate::report::Recorder;
@@ -38,7 +38,7 @@ fn prefix_end() -> Vec<u8> {
     end
 }
 
-async fn remaining_keys(kv: &mut KvClient<Channel>) -> Result<i64, String> {
+async fn remaining_keys(kv: &mut KvClient<Connection>) -> Result<i64, String> {
     kv.range(RangeRequest {
         key: PREFIX.into(),
         range_end: prefix_end().into(),
@@ -52,7 +52,7 @@ async fn remaining_keys(kv: &mut KvClient<Channel>) -> Result<i64, String> {
 }
 
 pub async fn run(settings: &Settings, opts: &LeaseExpireOptions) -> Result<(), String> {
-    let clients: Vec<(LeaseClient<Channel>, KvClient<Channel>)> = settings
+    let clients: Vec<(LeaseClient<Connection>, KvClient<Connection>)> = settings
         .clients()
         .await?
         .into_iter()
@@ -84,10 +84,10 @@ pub async fn run(settings: &Settings, opts: &LeaseExpireOptions) -> Result<(), S
     progress.finish().await;
     let granted_at = Instant::now();
 
-    let channel = settings.connection().await?;
+    let connection = settings.connection().await?;
     let done = Arc::new(AtomicBool::new(false));
     let writer = {
-        let mut kv = KvClient::new(channel.clone());
+        let mut kv = KvClient::new(connection.clone());
         let done = done.clone();
         let limiter = RateLimiter::new(opts.put_rate, 1);
         tokio::spawn(async move {
@@ -112,7 +112,7 @@ pub async fn run(settings: &Settings, opts: &LeaseExpireOptions) -> Result<(), S
             recorder.finish(start.elapsed())
         })
     };
-    let mut kv = KvClient::new(channel);
+    let mut kv = KvClient::new(connection);
     let deadline = granted_at + Duration::from_secs(ttl.max(0) as u64) + EXPIRY_DEADLINE;
     let mut first_expiry = None;
     let outcome = loop {

@@ -17,8 +17,8 @@ use api::etcdserverpb::{PutRequest, WatchCreateRequest, WatchRequest, WatchRespo
 use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
 
+use crate::auth::Connection;
 use crate::client::{status_message, Dispenser, Progress, Settings};
 use crate::keys::{check_key_space, varint_key};
 use crate::limiter::{self, RateLimiter};
@@ -68,7 +68,7 @@ async fn wait_created(responses: &mut tonic::Streaming<WatchResponse>) -> Result
 /// is confirmed (as clientv3 does), recording each creation's latency. A
 /// failure counts as an error for every watcher it prevents.
 pub(crate) async fn open_stream(
-    channel: Channel,
+    connection: Connection,
     keys: Vec<Bytes>,
     prev_kv: bool,
     recorder: &mut Recorder,
@@ -84,7 +84,7 @@ pub(crate) async fn open_stream(
     if tx.send(create_request(first, prev_kv)).await.is_err() {
         return None;
     }
-    let mut responses = match WatchClient::new(channel)
+    let mut responses = match WatchClient::new(connection)
         .watch(ReceiverStream::new(rx))
         .await
     {
@@ -130,18 +130,18 @@ pub(crate) async fn open_stream(
 
 /// Create all streams concurrently; stream `s` uses client `s % clients`.
 pub(crate) async fn open_streams(
-    clients: &[Channel],
+    clients: &[Connection],
     keys_per_stream: Vec<Vec<Bytes>>,
     prev_kv: bool,
     progress: &Progress,
 ) -> (Vec<WatchStream>, Recorder) {
     let mut tasks = Vec::new();
     for (s, keys) in keys_per_stream.into_iter().enumerate() {
-        let channel = clients[s % clients.len()].clone();
+        let connection = clients[s % clients.len()].clone();
         let counter = progress.counter();
         tasks.push(tokio::spawn(async move {
             let mut recorder = Recorder::with_capacity(keys.len());
-            let stream = open_stream(channel, keys, prev_kv, &mut recorder, &counter).await;
+            let stream = open_stream(connection, keys, prev_kv, &mut recorder, &counter).await;
             (stream, recorder)
         }));
     }
@@ -299,8 +299,8 @@ pub async fn run(settings: &Settings, opts: &WatchOptions) -> Result<(), String>
     }));
     let limiter = Arc::new(RateLimiter::new(opts.put_rate, 1));
     let mut putters = Vec::new();
-    for channel in &clients {
-        let mut kv = KvClient::new(channel.clone());
+    for connection in &clients {
+        let mut kv = KvClient::new(connection.clone());
         let dispenser = dispenser.clone();
         let limiter = limiter.clone();
         let watched = watched.clone();

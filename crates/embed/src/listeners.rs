@@ -1,8 +1,19 @@
 //! The listeners: client connections on per-CPU threads, the peer port
 //! (raft links and peer gRPC), the metrics port.
+//!
+//! A client listener is TCP (`http://`, `https://`) or a Unix socket
+//! (`unix://`, `unixs://`, as etcd's `transport.NewUnixListener`: a file
+//! already at its path is removed first, and the file is removed when the
+//! listener closes). Both kinds of connection take the same way: the
+//! accept loop, the connection threads, the TLS handshake on `unixs://` as
+//! on `https://`, the same routes.
 
+use std::io;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use api::etcdserverpb::auth_server::AuthServer;
@@ -16,10 +27,11 @@ use api::v3lockpb::lock_server::LockServer;
 use consensus::transport::{accept_until_stop, PeerTransport};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tonic::transport::server::Connected;
 use v3rpc::auth::AuthService;
 
 use etcdhttp::gateway::Gateway;
-use etcdserver::bootstrap::StartError;
+use etcdserver::bootstrap::{ListenAddr, StartError};
 use etcdserver::config::GRPC_OVERHEAD_BYTES;
 use etcdserver::metrics::grpc::GrpcMetricsLayer;
 use etcdserver::EtcdServer;
@@ -47,7 +59,251 @@ pub(crate) async fn bind(
     Ok((listener, local))
 }
 
-/// Connections to the peer listener waiting for the gRPC server.
+/// A client listener.
+pub(crate) enum ClientListener {
+    Tcp(TcpListener),
+    Unix(UnixSocketListener),
+}
+
+/// A Unix socket listener that removes its file when dropped (etcd's
+/// `unixListener.Close`), so a member that stops leaves no socket behind.
+pub(crate) struct UnixSocketListener {
+    listener: tokio::net::UnixListener,
+    path: PathBuf,
+}
+
+impl Drop for UnixSocketListener {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_file(&self.path) {
+            if e.kind() != io::ErrorKind::NotFound {
+                tracing::warn!(path = %self.path.display(), error = %e, "cannot remove the client socket file");
+            }
+        }
+    }
+}
+
+/// Removes what is at `path` as Go's `os.Remove` does (a file of any kind,
+/// or an empty directory), as etcd does before listening on a Unix socket:
+/// a socket file left by a member that did not stop cleanly refuses a new
+/// bind.
+fn remove_existing(path: &Path) -> io::Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => std::fs::remove_dir(path).map_err(|_| e),
+    }
+}
+
+impl ClientListener {
+    /// Binds a client listener for `url`, resolved to `addr`.
+    pub(crate) async fn bind(url: &str, addr: &ListenAddr) -> Result<ClientListener, StartError> {
+        match addr {
+            ListenAddr::Tcp(addr) => Ok(ClientListener::Tcp(bind(url, *addr).await?.0)),
+            ListenAddr::Unix(path) => {
+                let listen_error = |error| StartError::Listen {
+                    url: url.to_string(),
+                    error,
+                };
+                remove_existing(path).map_err(listen_error)?;
+                let listener = tokio::net::UnixListener::bind(path).map_err(listen_error)?;
+                Ok(ClientListener::Unix(UnixSocketListener {
+                    listener,
+                    path: path.clone(),
+                }))
+            }
+        }
+    }
+
+    /// The bound TCP address (port 0 resolved); None for a Unix socket.
+    pub(crate) fn tcp_addr(&self) -> Option<SocketAddr> {
+        match self {
+            ClientListener::Tcp(listener) => listener.local_addr().ok(),
+            ClientListener::Unix(_) => None,
+        }
+    }
+
+    /// The address etcd logs for the listener: `host:port`, or the socket's
+    /// path as the URL gave it.
+    pub(crate) fn address(&self) -> String {
+        match self {
+            ClientListener::Tcp(listener) => listener
+                .local_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+            ClientListener::Unix(unix) => unix.path.display().to_string(),
+        }
+    }
+
+    /// The next connection, off this runtime (its connection thread
+    /// registers it with its own); None once `shutdown` is set.
+    async fn accept_until_stop(
+        &self,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Option<AcceptedStream> {
+        loop {
+            let accepted = match self {
+                ClientListener::Tcp(listener) => accept_until_stop(listener, shutdown, "client")
+                    .await?
+                    .into_std()
+                    .map(AcceptedStream::Tcp),
+                ClientListener::Unix(unix) => accept_unix_until_stop(&unix.listener, shutdown)
+                    .await?
+                    .into_std()
+                    .map(AcceptedStream::Unix),
+            };
+            if let Ok(stream) = accepted {
+                return Some(stream);
+            }
+        }
+    }
+}
+
+/// [`accept_until_stop`] for a Unix socket: a failed accept (out of
+/// descriptors and the like) is logged and retried after a pause.
+async fn accept_unix_until_stop(
+    listener: &tokio::net::UnixListener,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<tokio::net::UnixStream> {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.wait_for(|stop| *stop) => return None,
+        };
+        match accepted {
+            Ok((stream, _)) => return Some(stream),
+            Err(e) => {
+                tracing::warn!(error = %e, "client listener: accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// An accepted client connection on its way to a connection thread, not
+/// registered with any runtime.
+enum AcceptedStream {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl AcceptedStream {
+    /// Registers the connection with the current runtime.
+    fn register(self) -> io::Result<ClientStream> {
+        match self {
+            AcceptedStream::Tcp(stream) => {
+                tokio::net::TcpStream::from_std(stream).map(ClientStream::Tcp)
+            }
+            AcceptedStream::Unix(stream) => {
+                tokio::net::UnixStream::from_std(stream).map(ClientStream::Unix)
+            }
+        }
+    }
+}
+
+/// A client connection: TCP or a Unix socket.
+pub enum ClientStream {
+    Tcp(tokio::net::TcpStream),
+    Unix(tokio::net::UnixStream),
+}
+
+/// A plain client connection's info (a request extension): tonic's, by kind.
+#[derive(Clone, Debug)]
+pub enum ClientConnectInfo {
+    Tcp(tonic::transport::server::TcpConnectInfo),
+    Unix(tonic::transport::server::UdsConnectInfo),
+}
+
+impl ClientStream {
+    /// The client's address; None on a Unix socket.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        match self {
+            ClientStream::Tcp(stream) => stream.peer_addr().ok(),
+            ClientStream::Unix(_) => None,
+        }
+    }
+
+    /// The client's address as etcd logs it: `@` for a Unix socket's
+    /// client (Go's unnamed `UnixAddr`).
+    pub fn remote_address(&self) -> String {
+        match self {
+            ClientStream::Tcp(stream) => stream
+                .peer_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+            ClientStream::Unix(_) => "@".to_string(),
+        }
+    }
+}
+
+impl Connected for ClientStream {
+    type ConnectInfo = ClientConnectInfo;
+
+    fn connect_info(&self) -> ClientConnectInfo {
+        match self {
+            ClientStream::Tcp(stream) => ClientConnectInfo::Tcp(stream.connect_info()),
+            ClientStream::Unix(stream) => ClientConnectInfo::Unix(stream.connect_info()),
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for ClientStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Tcp(stream) => Pin::new(stream).poll_read(cx, buf),
+            ClientStream::Unix(stream) => Pin::new(stream).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for ClientStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientStream::Tcp(stream) => Pin::new(stream).poll_write(cx, buf),
+            ClientStream::Unix(stream) => Pin::new(stream).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Tcp(stream) => Pin::new(stream).poll_flush(cx),
+            ClientStream::Unix(stream) => Pin::new(stream).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Tcp(stream) => Pin::new(stream).poll_shutdown(cx),
+            ClientStream::Unix(stream) => Pin::new(stream).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientStream::Tcp(stream) => Pin::new(stream).poll_write_vectored(cx, bufs),
+            ClientStream::Unix(stream) => Pin::new(stream).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            ClientStream::Tcp(stream) => stream.is_write_vectored(),
+            ClientStream::Unix(stream) => stream.is_write_vectored(),
+        }
+    }
+}
+
 /// The peer port: consensus's listener (raft links, snapshots, probes)
 /// with the member's own peer services (lease forwarding, hashes).
 pub(crate) async fn serve_peers(
@@ -78,7 +334,7 @@ pub(crate) async fn serve_peers(
 /// returns) and returns the accept loop that feeds them.
 pub(crate) fn serve_clients(
     server: Arc<EtcdServer>,
-    listener: TcpListener,
+    listener: ClientListener,
     tls: Option<Arc<rustls::ServerConfig>>,
     serves: Serves,
     mut shutdown: watch::Receiver<bool>,
@@ -105,18 +361,16 @@ pub(crate) fn serve_clients(
             return;
         }
         let mut next = 0;
-        while let Some(stream) = accept_until_stop(&listener, &mut shutdown, "client").await {
-            // Leave this runtime's reactor; the connection thread registers it
-            // with its own.
-            let Ok(stream) = stream.into_std() else {
-                continue;
-            };
+        while let Some(stream) = listener.accept_until_stop(&mut shutdown).await {
             next = (next + 1) % workers.len();
             if workers[next].connections.send(stream).await.is_err() {
                 tracing::error!("client listener stopped: a connection thread ended");
                 break;
             }
         }
+        // Closed now (a Unix socket's file removed), not once the
+        // connections are done: a member that stops takes no new ones.
+        drop(listener);
         // Closing the queues lets each thread's server finish its connections
         // (graceful, as on the shutdown signal); if this task is dropped before
         // they are done, the threads' hard-stop senders drop with it.
@@ -202,7 +456,7 @@ const CLIENT_ACCEPT_QUEUE: usize = 64;
 /// also wake a second worker to look for more work each time one is
 /// unparked (1 client put: ~1 context switch and ~30 µs of CPU per request).
 struct ClientThread {
-    connections: tokio::sync::mpsc::Sender<std::net::TcpStream>,
+    connections: tokio::sync::mpsc::Sender<AcceptedStream>,
     /// Resolves when the thread's server has finished.
     done: tokio::sync::oneshot::Receiver<()>,
     /// Dropping it stops the thread's server without waiting for its
@@ -232,15 +486,18 @@ impl ClientThread {
                     let stop = async move {
                         let _ = shutdown.wait_for(|stop| *stop).await;
                     };
-                    let tcp = tokio_stream::StreamExt::map(
+                    let accepted = tokio_stream::StreamExt::map(
                         tokio_stream::wrappers::ReceiverStream::new(queue),
-                        tokio::net::TcpStream::from_std,
+                        AcceptedStream::register,
                     );
                     let serve = match tls {
-                        None => Box::pin(serve_connections(server, routes, tcp, stop)),
+                        None => Box::pin(serve_connections(server, routes, accepted, stop)),
                         Some(config) => {
-                            let ready =
-                                crate::secure::handshakes(tcp_streams(tcp), config, "client");
+                            let ready = crate::secure::handshakes(
+                                client_streams(accepted),
+                                config,
+                                "client",
+                            );
                             let incoming = tokio_stream::StreamExt::map(
                                 tokio_stream::wrappers::ReceiverStream::new(ready),
                                 Ok::<_, std::io::Error>,
@@ -269,7 +526,7 @@ impl ClientThread {
     }
 }
 
-/// Serves the connections of `incoming` (plain TCP or TLS) with the
+/// Serves the connections of `incoming` (plain or TLS) with the
 /// client port's routes: HTTP/2 gRPC and HTTP/1.1 (hyper's auto connection
 /// builder tells the two apart by the HTTP/2 preface), for curl and the
 /// gateway's clients.
@@ -304,10 +561,10 @@ where
         .await
 }
 
-/// The TCP streams of `incoming` that the runtime took, as a queue.
-fn tcp_streams(
-    incoming: impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> + Send + 'static,
-) -> tokio::sync::mpsc::Receiver<tokio::net::TcpStream> {
+/// The connections of `incoming` that the runtime took, as a queue.
+fn client_streams(
+    incoming: impl tokio_stream::Stream<Item = io::Result<ClientStream>> + Send + 'static,
+) -> tokio::sync::mpsc::Receiver<ClientStream> {
     let (tx, rx) = tokio::sync::mpsc::channel(CLIENT_ACCEPT_QUEUE);
     tokio::spawn(async move {
         let mut incoming = std::pin::pin!(incoming);
@@ -346,8 +603,11 @@ pub(crate) async fn serve_metrics(
                 .await
         }
         Some(config) => {
-            let tcp = tcp_streams(tokio_stream::wrappers::TcpListenerStream::new(listener));
-            let ready = crate::secure::handshakes(tcp, config, "client");
+            let tcp = tokio_stream::StreamExt::map(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                |stream| stream.map(ClientStream::Tcp),
+            );
+            let ready = crate::secure::handshakes(client_streams(tcp), config, "client");
             let incoming = tokio_stream::StreamExt::map(
                 tokio_stream::wrappers::ReceiverStream::new(ready),
                 Ok::<_, std::io::Error>,

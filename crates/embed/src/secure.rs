@@ -1,4 +1,5 @@
-//! TLS on the client and metrics listeners: each accepted connection's
+//! TLS on the client and metrics listeners (`https://`, `unixs://`: the
+//! same handshake over TCP or a Unix socket): each accepted connection's
 //! handshake runs as its own task (a slow or silent client holds up no
 //! other), bounded by [`HANDSHAKE_TIMEOUT`] (etcd has none on the client
 //! port; a handshake that never finishes would hold its socket forever) and
@@ -8,14 +9,12 @@
 //! endpoint`) and closes only its own connection.
 
 use std::io;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
@@ -29,8 +28,10 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// client).
 pub const MAX_HANDSHAKES: usize = 1024;
 
+use crate::listeners::ClientStream;
+
 /// A client connection over TLS.
-pub struct TlsConn(TlsStream<TcpStream>);
+pub struct TlsConn(TlsStream<ClientStream>);
 
 pub use v3rpc::TlsConnectInfo;
 
@@ -38,9 +39,9 @@ impl Connected for TlsConn {
     type ConnectInfo = TlsConnectInfo;
 
     fn connect_info(&self) -> TlsConnectInfo {
-        let (tcp, session) = self.0.get_ref();
+        let (stream, session) = self.0.get_ref();
         TlsConnectInfo {
-            remote_addr: tcp.peer_addr().ok(),
+            remote_addr: stream.peer_addr(),
             common_name: session
                 .peer_certificates()
                 .and_then(|chain| chain.first())
@@ -91,10 +92,10 @@ impl AsyncWrite for TlsConn {
     }
 }
 
-/// Handshakes the TCP connections of `tcp` as they come (on the current
+/// Handshakes the connections of `accepted` as they come (on the current
 /// runtime), handing each finished one to the returned queue.
 pub fn handshakes(
-    mut tcp: mpsc::Receiver<TcpStream>,
+    mut accepted: mpsc::Receiver<ClientStream>,
     config: Arc<rustls::ServerConfig>,
     endpoint: &'static str,
 ) -> mpsc::Receiver<TlsConn> {
@@ -103,7 +104,7 @@ pub fn handshakes(
     let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
     tokio::spawn(async move {
         let mut refused = 0u64;
-        while let Some(stream) = tcp.recv().await {
+        while let Some(stream) = accepted.recv().await {
             let Ok(slot) = slots.clone().try_acquire_owned() else {
                 refused += 1;
                 if refused.is_power_of_two() {
@@ -118,7 +119,7 @@ pub fn handshakes(
             let acceptor = acceptor.clone();
             let ready = ready.clone();
             tokio::spawn(async move {
-                let remote = stream.peer_addr().ok();
+                let remote = stream.remote_address();
                 let result = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
                 drop(slot);
                 match result {
@@ -135,8 +136,7 @@ pub fn handshakes(
 }
 
 /// etcd's line for a refused TLS connection (config_logging.go).
-fn rejected(endpoint: &str, remote: Option<SocketAddr>, error: &str) {
-    let remote = remote.map(|a| a.to_string()).unwrap_or_default();
+fn rejected(endpoint: &str, remote: String, error: &str) {
     tracing::warn!(
         "remote-addr" = %remote,
         error = %error,

@@ -12,13 +12,13 @@ use consensus::{RaftConfig, RaftHandle};
 use mvcc::Store;
 use tokio::sync::watch;
 
-use crate::listeners::{bind, serve_clients, serve_metrics, serve_peers, Serves};
+use crate::listeners::{bind, serve_clients, serve_metrics, serve_peers, ClientListener, Serves};
 use etcdserver::alarms::Alarms;
 use etcdserver::apply::{ApplyLoop, StateMachine};
 use etcdserver::auth::AuthStore;
 use etcdserver::bootstrap::{
-    check_volume, identity, is_tls_url, known_members, parse_url, prepare_data_dir, recover_alarms,
-    recover_lessor, Identity, StartError,
+    check_volume, identity, is_tls_url, known_members, parse_listen_url, parse_url,
+    prepare_data_dir, recover_alarms, recover_lessor, Identity, ListenAddr, StartError,
 };
 use etcdserver::config::ServerConfig;
 use etcdserver::membership::ClusterMembers;
@@ -37,7 +37,8 @@ pub struct Member {
 }
 
 impl Member {
-    /// The addresses the client listeners are bound to (port 0 resolved).
+    /// The TCP addresses the gRPC client listeners are bound to (port 0
+    /// resolved); Unix socket listeners are not among them.
     pub fn client_addrs(&self) -> &[SocketAddr] {
         &self.client_addrs
     }
@@ -82,8 +83,8 @@ impl Member {
 /// Starts a member: returns once its client listeners are bound.
 pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     let identity = identity(&cfg)?;
-    let client_addrs = parse_urls(&cfg.listen_client_urls)?;
-    let http_addrs = parse_urls(&cfg.listen_client_http_urls)?;
+    let client_addrs = parse_listen_urls(&cfg.listen_client_urls)?;
+    let http_addrs = parse_listen_urls(&cfg.listen_client_http_urls)?;
     if let Some(url) = cfg
         .listen_client_http_urls
         .iter()
@@ -205,7 +206,7 @@ async fn serve_peer_urls(
 /// (`--listen-metrics-urls`), resolved beforehand.
 async fn serve_client_urls(
     member: &mut Member,
-    (client_addrs, http_addrs, metrics_addrs): (Vec<SocketAddr>, Vec<SocketAddr>, Vec<SocketAddr>),
+    (client_addrs, http_addrs, metrics_addrs): (Vec<ListenAddr>, Vec<ListenAddr>, Vec<SocketAddr>),
     tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: &watch::Receiver<bool>,
 ) -> Result<(), StartError> {
@@ -232,9 +233,10 @@ async fn serve_client_urls(
             .map(|u| (u, http_only)),
     );
     for ((url, addr), serves) in listeners {
-        let (listener, local) = bind(url, addr).await?;
-        if serves.grpc {
-            member.client_addrs.push(local);
+        let listener = ClientListener::bind(url, &addr).await?;
+        let local = listener.address();
+        if let Some(addr) = listener.tcp_addr().filter(|_| serves.grpc) {
+            member.client_addrs.push(addr);
         }
         let secure = tls_for(url);
         if secure.is_some() {
@@ -419,6 +421,11 @@ async fn open_backend(cfg: &ServerConfig, metrics: &Metrics) -> Result<Backend, 
 
 fn parse_urls(urls: &[String]) -> Result<Vec<SocketAddr>, StartError> {
     urls.iter().map(|u| parse_url(u)).collect()
+}
+
+/// Client URLs: TCP or Unix socket addresses.
+fn parse_listen_urls(urls: &[String]) -> Result<Vec<ListenAddr>, StartError> {
+    urls.iter().map(|u| parse_listen_url(u)).collect()
 }
 
 /// Every other member's ID and first peer URL.

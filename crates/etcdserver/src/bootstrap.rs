@@ -4,7 +4,7 @@
 
 use std::fs;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use mvcc::Store;
 
@@ -42,12 +42,78 @@ pub fn recover_lessor(lessor: &Lessor, store: &Store) -> Result<(), mvcc::MvccEr
     lessor.recover(records.into_values(), store.take_loaded_leased_keys());
     Ok(())
 }
-/// Whether `url` asks for TLS (`https://`).
+/// Whether `url` asks for TLS (`https://`, `unixs://`).
 pub fn is_tls_url(url: &str) -> bool {
     url.starts_with("https://") || url.starts_with("unixs://")
 }
 
-/// The address of an `http://` or `https://` URL.
+/// Where a listener binds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListenAddr {
+    /// `http://` and `https://` URLs.
+    Tcp(SocketAddr),
+    /// `unix://` and `unixs://` URLs: a socket file, relative to the
+    /// working directory unless absolute.
+    Unix(PathBuf),
+}
+
+/// The address of a client URL: `http://host:port`, `https://host:port`,
+/// or, as etcd's `resolveUrl` (server/embed/etcd.go), the socket file of
+/// `unix://` or `unixs://` URL: its host (with the port) followed by its
+/// path, so `unix://localhost:2379` is the file `localhost:2379` in the
+/// working directory and `unix:///run/etcd.sock` is `/run/etcd.sock`.
+pub fn parse_listen_url(url: &str) -> Result<ListenAddr, StartError> {
+    let parsed = url::Url::parse(url)
+        .map_err(|e| StartError::Config(format!("invalid URL {url:?}: {e}")))?;
+    match parsed.scheme() {
+        "unix" | "unixs" => {
+            // From the URL as written (the parsed one normalizes ports):
+            // Go's Host (userinfo dropped) then its unescaped Path.
+            let rest = url.split_once("://").map_or("", |(_, rest)| rest);
+            let rest = rest.split(['?', '#']).next().unwrap_or_default();
+            let (authority, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
+            let host = authority
+                .rsplit_once('@')
+                .map_or(authority, |(_, host)| host);
+            let path = format!("{host}{}", percent_decoded(path));
+            if path.is_empty() {
+                return Err(StartError::Config(format!(
+                    "unix socket URL has no path: {url}"
+                )));
+            }
+            Ok(ListenAddr::Unix(PathBuf::from(path)))
+        }
+        _ => parse_url(url).map(ListenAddr::Tcp),
+    }
+}
+
+/// Go's URL path unescaping (what `url.URL.Path` holds); an invalid escape
+/// stays as written (the `url` crate accepted the URL already).
+fn percent_decoded(path: &str) -> String {
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The address of an `http://` or `https://` URL. Unix socket URLs are
+/// served on the client URLs only ([`parse_listen_url`]).
 pub fn parse_url(url: &str) -> Result<SocketAddr, StartError> {
     let parsed = url::Url::parse(url)
         .map_err(|e| StartError::Config(format!("invalid URL {url:?}: {e}")))?;
@@ -55,7 +121,8 @@ pub fn parse_url(url: &str) -> Result<SocketAddr, StartError> {
         "http" | "https" => {}
         "unix" | "unixs" => {
             return Err(StartError::Config(format!(
-                "unix socket URLs are not supported yet: {url}"
+                "unix socket URLs are supported on client URLs only (--listen-client-urls, \
+                 --listen-client-http-urls): {url}"
             )));
         }
         other => {
@@ -291,4 +358,47 @@ pub fn known_members(
         None => members.push(own.clone()),
     }
     Ok(members)
+}
+
+#[cfg(test)]
+mod listen_url_tests {
+    use super::*;
+
+    fn unix(url: &str) -> PathBuf {
+        match parse_listen_url(url) {
+            Ok(ListenAddr::Unix(path)) => path,
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unix_url_socket_file_is_host_port_and_path_as_etcds_resolve_url() {
+        assert_eq!(unix("unix://localhost:12345"), Path::new("localhost:12345"));
+        assert_eq!(
+            unix("unixs://localhost:12345"),
+            Path::new("localhost:12345")
+        );
+        assert_eq!(unix("unix:///run/etcd.sock"), Path::new("/run/etcd.sock"));
+        assert_eq!(unix("unix://dir/etcd.sock"), Path::new("dir/etcd.sock"));
+        assert_eq!(unix("unix://./a%20b"), Path::new("./a b"));
+        assert_eq!(unix("unix://etcd"), Path::new("etcd"));
+        assert_eq!(unix("unix://localhost:02379"), Path::new("localhost:02379"));
+        assert_eq!(
+            unix("unix://u@localhost:1/x?q#f"),
+            Path::new("localhost:1/x")
+        );
+        assert!(parse_listen_url("unix://").is_err());
+    }
+
+    #[test]
+    fn tcp_urls_resolve_and_unix_urls_are_refused_where_only_tcp_is_served() {
+        assert_eq!(
+            parse_listen_url("http://127.0.0.1:2379").unwrap(),
+            ListenAddr::Tcp("127.0.0.1:2379".parse().unwrap())
+        );
+        assert!(is_tls_url("unixs://localhost:1"));
+        assert!(!is_tls_url("unix://localhost:1"));
+        let refused = parse_url("unix://localhost:1").unwrap_err().to_string();
+        assert!(refused.contains("client URLs only"), "{refused}");
+    }
 }

@@ -83,6 +83,62 @@ impl Process {
         Process::spawn(cmd, data_dir)
     }
 
+    /// Starts oxcd listening for clients on `client_urls` (the comma-separated
+    /// `--listen-client-urls`, advertised as given) with `cwd` as its working
+    /// directory (where a relative `unix://` socket path is), without waiting
+    /// for anything.
+    pub fn launch_oxcd_on(
+        bin: &Path,
+        data_dir: &Path,
+        cwd: &Path,
+        client_urls: &str,
+        extra: &[&str],
+    ) -> Process {
+        let mut cmd = Command::new(bin);
+        cmd.current_dir(cwd)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--listen-client-urls", client_urls])
+            .args(["--advertise-client-urls", client_urls])
+            .args(["--listen-peer-urls", "http://127.0.0.1:0"])
+            .args(["--initial-advertise-peer-urls", "http://127.0.0.1:0"])
+            .args(extra);
+        Process::spawn(cmd, data_dir)
+    }
+
+    /// [`Process::launch_oxcd_on`], waiting until the member is ready;
+    /// `endpoint` is the first client listener's (a Unix socket's path as
+    /// its URL gave it).
+    pub fn start_oxcd_on(
+        bin: &Path,
+        data_dir: &Path,
+        cwd: &Path,
+        client_urls: &str,
+        extra: &[&str],
+    ) -> Process {
+        let mut p = Process::launch_oxcd_on(bin, data_dir, cwd, client_urls, extra);
+        if p.wait_for_log("ready to serve client requests", START_DEADLINE)
+            .is_none()
+        {
+            panic!("oxcd did not become ready; log:\n{}", p.log_text());
+        }
+        let scheme = client_urls.split("://").next().unwrap_or("http");
+        let address = p.client_addresses().into_iter().next().unwrap_or_default();
+        p.endpoint = format!("{scheme}://{address}");
+        p
+    }
+
+    /// The address of every client listener, in the order they were bound
+    /// (`host:port`, or a Unix socket's path), from the "serving client
+    /// traffic" log lines.
+    pub fn client_addresses(&self) -> Vec<String> {
+        self.log_lines()
+            .iter()
+            .filter(|line| line.contains("serving client traffic"))
+            .filter_map(|line| json_field(line, "address"))
+            .collect()
+    }
+
     fn spawn(mut cmd: Command, data_dir: &Path) -> Process {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -25,7 +25,7 @@ const LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
 /// What `--auth-token` asked for.
 pub enum TokenProvider {
     Simple(SimpleTokens),
-    Jwt(JwtTokens),
+    Jwt(Box<JwtTokens>),
 }
 
 /// Why `--auth-token` was refused (etcd: "auth: invalid auth options").
@@ -63,7 +63,7 @@ impl TokenProvider {
                 Ok(TokenProvider::Simple(SimpleTokens::new(simple_ttl)))
             }
             "jwt" => JwtTokens::new(&options)
-                .map(TokenProvider::Jwt)
+                .map(|jwt| TokenProvider::Jwt(Box::new(jwt)))
                 .map_err(InvalidOptions),
             other => Err(InvalidOptions(format!("unknown token type {other:?}"))),
         }

@@ -584,3 +584,69 @@ fn with_client_cert_auth_the_certificate_common_name_is_the_user() {
         "{out}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jwt_tokens_verify_on_every_member_go_stale_with_the_auth_revision_and_expire() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap(); // ECDSA P-256
+    let private = dir.path().join("jwt.key");
+    let public = dir.path().join("jwt.pub");
+    std::fs::write(&private, key.serialize_pem()).unwrap();
+    std::fs::write(&public, key.public_key_pem()).unwrap();
+    let token_flag = format!(
+        "jwt,pub-key={},priv-key={},sign-method=ES256,ttl=8s",
+        public.display(),
+        private.display()
+    );
+    let mut cluster = Cluster::start(3, &["--auth-token", &token_flag, "--bcrypt-cost", "4"]);
+    common::leader(&cluster).await;
+    let e0 = cluster.endpoint(0);
+    set_up_auth(&e0);
+    let alice = token(&e0, "alice", "alicepw").await.unwrap();
+    assert_eq!(alice.split('.').count(), 3, "a JWS: {alice}");
+    // Signed on member 0, checked by signature on all three, and after a
+    // restart (nothing is kept per token).
+    cluster.stop(1);
+    cluster.restart(1);
+    for i in 0..3 {
+        let e = cluster.endpoint(i);
+        put_as(&e, &alice, &format!("a/{i}"), "v").await.unwrap();
+        assert_status(
+            put_as(&e, &alice, "foo", "x").await,
+            Code::PermissionDenied,
+            "etcdserver: permission denied",
+        );
+    }
+    // A JWT carries the auth revision it was signed at: after any auth
+    // change it is stale, and a fresh one works.
+    let root = token(&e0, "root", ROOT_PASSWORD).await.unwrap();
+    let mut auth = AuthClient::new(channel(&e0).await);
+    auth.role_add(with_token(
+        api::etcdserverpb::AuthRoleAddRequest {
+            name: "later".into(),
+        },
+        &root,
+    ))
+    .await
+    .unwrap();
+    assert_status(
+        put_as(&cluster.endpoint(2), &alice, "a/x", "v").await,
+        Code::InvalidArgument,
+        "etcdserver: revision of auth store is old",
+    );
+    let alice = token(&cluster.endpoint(2), "alice", "alicepw")
+        .await
+        .unwrap();
+    put_as(&cluster.endpoint(2), &alice, "a/x", "v")
+        .await
+        .unwrap();
+    // Past its ttl it is refused everywhere.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    for i in 0..3 {
+        assert_status(
+            get_as(&cluster.endpoint(i), &alice, "a/x", true).await,
+            Code::Unauthenticated,
+            "etcdserver: invalid auth token",
+        );
+    }
+}

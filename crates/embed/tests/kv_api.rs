@@ -302,11 +302,17 @@ async fn errors_carry_etcds_codes_and_messages() {
 async fn services_not_built_answer_unimplemented_without_hanging() {
     let dir = tempfile::tempdir().unwrap();
     let (m, mut c) = member(dir.path(), |_| {}).await;
-    // Auth arrives with its own issue.
-    let r = tokio::time::timeout(Duration::from_secs(10), c.user_list())
-        .await
-        .expect("no hang");
+    // Member changes arrive with their own issue.
+    let r = tokio::time::timeout(
+        Duration::from_secs(10),
+        c.member_add(["http://127.0.0.1:1"], None),
+    )
+    .await
+    .expect("no hang");
     assert_eq!(status_of(r.unwrap_err()).0, Code::Unimplemented);
+    // Auth is served.
+    let users = c.user_list().await.unwrap();
+    assert!(users.users().is_empty());
     m.stop().await;
 }
 

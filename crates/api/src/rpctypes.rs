@@ -55,7 +55,10 @@ etcd_errors! {
     WATCH_CANCELED => Cancelled, "etcdserver: watch canceled";
     MEMBER_EXIST => FailedPrecondition, "etcdserver: member ID already exist";
     PEER_U_R_L_EXIST => FailedPrecondition, "etcdserver: Peer URLs already exists";
-    MEMBER_NOT_ENOUGH_STARTED => FailedPrecondition, "etcdserver: re-configuration failed due to not enough started members";
+    // error.go gives it FailedPrecondition, but the server sends the
+    // client-side EtcdError (v3rpc/util.go), which has no gRPC status: the
+    // code on the wire is Unknown
+    MEMBER_NOT_ENOUGH_STARTED => Unknown, "etcdserver: re-configuration failed due to not enough started members";
     MEMBER_BAD_U_R_LS => InvalidArgument, "etcdserver: given member URLs are invalid";
     MEMBER_NOT_FOUND => NotFound, "etcdserver: member not found";
     MEMBER_NOT_LEARNER => FailedPrecondition, "etcdserver: can only promote a learner member";

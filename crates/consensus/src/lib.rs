@@ -124,6 +124,11 @@ pub struct RaftConfig {
     pub applied: u64,
     /// Recorded in a new WAL's metadata.
     pub cluster_id: u64,
+    /// etcd's `--force-new-cluster`: on a member with a WAL, drop the log
+    /// entries past the commit index and commit the removal of every other
+    /// member, so that this one alone is the cluster (its data kept).
+    /// Repeated at every start while set, as etcd does.
+    pub force_new_cluster: bool,
 }
 
 /// Tunables a member does not change; tests shrink them.
@@ -222,9 +227,12 @@ pub(crate) enum Input {
         reply: ProposeReply,
     },
     ProposeConfChange {
-        context: Vec<u8>,
-        change: eraftpb::ConfChangeV2,
+        change: eraftpb::ConfChange,
         reply: oneshot::Sender<Result<(), ConsensusError>>,
+    },
+    /// The leader's view of its followers' logs (None on a follower).
+    Progress {
+        reply: oneshot::Sender<Option<Vec<PeerProgress>>>,
     },
     ReadIndex {
         reply: oneshot::Sender<Result<u64, ConsensusError>>,
@@ -315,12 +323,26 @@ pub(crate) struct Shared {
     /// Raised when the raft loop stops on an error (a WAL or snapshot write
     /// failed): the member cannot go on.
     pub fatal: Arc<Fatal>,
+    /// The voters of the cluster's first configuration, from the WAL's
+    /// metadata (see [`RaftHandle::initial_voters`]).
+    pub initial_voters: std::sync::OnceLock<Vec<u64>>,
 }
 
 /// Applies a committed batch on the raft thread, or hands it back (the apply
 /// side is busy, or the batch is one to apply off the raft thread). It must
 /// not block on the raft thread (no proposals, no waiting on raft).
 pub type InlineApply = Box<dyn Fn(CommittedBatch) -> Result<(), CommittedBatch> + Send + Sync>;
+
+/// How far a member's log matches the leader's, as the leader tracks it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerProgress {
+    pub id: u64,
+    /// The highest index known to be in that member's log.
+    pub matched: u64,
+    pub is_learner: bool,
+    /// Heard from within the last election timeout (raft's recent_active).
+    pub recent_active: bool,
+}
 
 /// Whether this member leads, and in which term.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -376,6 +398,7 @@ pub fn start_with_options(
         inline_apply: std::sync::OnceLock::new(),
         io: std::sync::OnceLock::new(),
         fatal: Arc::new(Fatal::default()),
+        initial_voters: std::sync::OnceLock::new(),
     });
     let node = node::Node::load(
         &cfg,
@@ -429,22 +452,41 @@ impl RaftHandle {
         Ok(ProposalRefusal { slot })
     }
 
-    /// Queues a membership change. It reaches the apply side as an
-    /// `EntryConfChangeV2` entry; the raft thread has applied it to raft by
-    /// then. Raft refuses (ProposalDropped) while another change is pending.
+    /// Queues a membership change (its `context` and `id` travel with
+    /// it). It reaches the apply side as an `EntryConfChange` entry; the
+    /// raft thread has applied it to raft by then, and hands out a change
+    /// raft refused as an empty normal entry instead, so that the apply
+    /// side follows raft's configuration exactly. While another change is
+    /// pending, raft turns the proposal into an empty entry (it never
+    /// applies: the proposer's wait times out, as in etcd).
     pub async fn propose_conf_change(
         &self,
-        context: Vec<u8>,
-        change: eraftpb::ConfChangeV2,
+        change: eraftpb::ConfChange,
     ) -> Result<(), ConsensusError> {
         let (reply, rx) = oneshot::channel();
-        self.send(Input::ProposeConfChange {
-            context,
-            change,
-            reply,
-        })
-        .await?;
+        self.send(Input::ProposeConfChange { change, reply })
+            .await?;
         rx.await.map_err(|_| ConsensusError::Stopped)?
+    }
+
+    /// The leader's view of every member's log (None when this member
+    /// does not lead): what etcd judges a learner's promotion by.
+    pub async fn progress(&self) -> Result<Option<Vec<PeerProgress>>, ConsensusError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Input::Progress { reply }).await?;
+        rx.await.map_err(|_| ConsensusError::Stopped)
+    }
+
+    /// The voters of the cluster's first configuration (the WAL metadata's,
+    /// which a member joining a running cluster copies from it): the
+    /// configuration in force before the log's first entry.
+    pub fn initial_voters(&self) -> Vec<u64> {
+        self.inner
+            .shared
+            .initial_voters
+            .get()
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// A linearizable read index (ReadOnlySafe): the commit index confirmed

@@ -55,6 +55,7 @@ fn raft_logs_became_leader_and_elected_leader_like_etcd() {
             election_timeout: Duration::from_millis(1000),
             applied: 0,
             cluster_id: 1,
+            force_new_cluster: false,
         },
         Arc::new(NoopTransport),
     )

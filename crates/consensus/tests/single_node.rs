@@ -5,12 +5,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use consensus::raft::eraftpb::{ConfChangeSingle, ConfChangeType, ConfChangeV2, Entry, EntryType};
+use consensus::raft::eraftpb::{ConfChange, ConfChangeType, Entry, EntryType};
 use consensus::wal::WalOptions;
 use consensus::{
     start_with_options, CommittedBatch, ConsensusError, NoopTransport, RaftConfig, RaftHandle,
     StartOptions,
 };
+use protobuf::Message as _;
 use tokio::sync::mpsc::Receiver;
 
 const ID: u64 = 0x8e9e05c52164694d;
@@ -24,6 +25,7 @@ fn config(dir: &Path, applied: u64) -> RaftConfig {
         election_timeout: Duration::from_millis(1000),
         applied,
         cluster_id: 0xcdf818194e3a8c32,
+        force_new_cluster: false,
     }
 }
 
@@ -322,19 +324,28 @@ async fn conf_change_is_committed_delivered_and_survives_restart() {
         handle.status().is_leader
     })
     .await;
-    let mut change = ConfChangeV2::default();
-    let mut single = ConfChangeSingle::default();
-    single.set_change_type(ConfChangeType::AddLearnerNode);
-    single.node_id = 2;
-    change.mut_changes().push(single);
+    let mut change = ConfChange::default();
+    change.set_change_type(ConfChangeType::AddLearnerNode);
+    change.node_id = 2;
+    change.id = 77;
+    change.context = b"member-2".to_vec().into();
     handle
-        .propose_conf_change(b"member-2".to_vec(), change)
+        .propose_conf_change(change)
         .await
         .expect("conf change accepted");
     let entries = receive_until(&handle, &mut rx, 2).await;
     let cc = entries.iter().find(|e| e.index == 2).unwrap();
-    assert_eq!(cc.get_entry_type(), EntryType::EntryConfChangeV2);
-    assert_eq!(cc.context.as_ref(), b"member-2");
+    assert_eq!(cc.get_entry_type(), EntryType::EntryConfChange);
+    let decoded = ConfChange::parse_from_bytes(&cc.data).unwrap();
+    assert_eq!(
+        (decoded.id, decoded.context.as_ref()),
+        (77, &b"member-2"[..])
+    );
+    // the leader tracks the learner's log
+    let progress = handle.progress().await.unwrap().expect("leader");
+    assert!(progress
+        .iter()
+        .any(|p| p.id == 2 && p.is_learner && p.matched == 0));
     // a learner does not change the quorum: writes still commit
     handle.propose(b"after".to_vec()).await.unwrap();
     let entries = receive_until(&handle, &mut rx, 3).await;

@@ -37,20 +37,60 @@ pub(crate) fn is_grpc_content_type(value: &[u8]) -> bool {
 ///
 /// Without it a browser's "simple request" (HTTP/1.1, `text/plain`) to
 /// `/etcdserverpb.KV/Put` wrote a key.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct GrpcGuardLayer;
+///
+/// On a learner it lets through only what etcd's learners serve (etcd's
+/// interceptors, v3rpc/interceptor.go and util.go): Status, Range (the
+/// KV service refuses a linearizable one) and the Snapshot stream; any
+/// other call gets Unavailable `etcdserver: rpc not supported for
+/// learner`, so that a client moves on to another endpoint.
+#[derive(Clone, Default)]
+pub(crate) struct GrpcGuardLayer {
+    /// Whether this member is a learner now (None: never).
+    pub(crate) is_learner: Option<IsLearner>,
+}
+
+/// Tells whether the member is a learner at this moment.
+pub(crate) type IsLearner = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
 
 impl<S> tower::Layer<S> for GrpcGuardLayer {
     type Service = GrpcGuard<S>;
 
     fn layer(&self, inner: S) -> GrpcGuard<S> {
-        GrpcGuard { inner }
+        GrpcGuard {
+            inner,
+            is_learner: self.is_learner.clone(),
+        }
     }
 }
 
 #[derive(Clone)]
 pub(crate) struct GrpcGuard<S> {
     inner: S,
+    is_learner: Option<IsLearner>,
+}
+
+/// The calls a learner serves (etcd's isRPCSupportedForLearner: Status and
+/// serializable Range; of the streams, Snapshot).
+const LEARNER_CALLS: &[&str] = &[
+    "/etcdserverpb.Maintenance/Status",
+    "/etcdserverpb.KV/Range",
+    "/etcdserverpb.Maintenance/Snapshot",
+];
+
+/// A learner's answer to a call it does not serve.
+fn not_supported_for_learner() -> Refusal {
+    let mut response = http::Response::new(axum::body::Body::empty());
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    headers.insert("grpc-status", http::HeaderValue::from_static("14"));
+    headers.insert(
+        "grpc-message",
+        http::HeaderValue::from_static("etcdserver: rpc not supported for learner"),
+    );
+    response
 }
 
 type Refusal = http::Response<axum::body::Body>;
@@ -134,6 +174,15 @@ where
             };
         }
         let grpc = grpc && request.version() >= http::Version::HTTP_2;
+        if grpc
+            && grpc_path
+            && self.is_learner.as_ref().is_some_and(|learner| learner())
+            && !LEARNER_CALLS.contains(&request.uri().path())
+        {
+            return GuardFuture::Refused {
+                refusal: Some(not_supported_for_learner()),
+            };
+        }
         let timeout = grpc.then(|| grpc_timeout(request.headers())).flatten();
         if timeout.is_some_and(|t| t <= DEADLINE_MARGIN) {
             return GuardFuture::Refused {

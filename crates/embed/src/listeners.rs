@@ -322,6 +322,10 @@ pub(crate) async fn serve_peers(
             etcdserver::corrupt::MaintenancePeerService::server(server.clone())
                 .max_decoding_message_size(MAX_PEER_RPC_BYTES),
         )
+        .add_service(
+            etcdserver::reconfig::MembershipPeerService::server(server.clone())
+                .max_decoding_message_size(MAX_PEER_RPC_BYTES),
+        )
         .clone()
         .routes();
     let snap_dir = server.cfg.member_dir().join("snap");
@@ -551,7 +555,12 @@ where
         .max_concurrent_streams(server.cfg.max_concurrent_streams)
         .http2_keepalive_interval(Some(Duration::from_secs(2 * 60 * 60)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-        .layer(crate::grpc_compat::GrpcGuardLayer)
+        .layer(crate::grpc_compat::GrpcGuardLayer {
+            is_learner: Some({
+                let server = std::sync::Arc::downgrade(&server);
+                std::sync::Arc::new(move || server.upgrade().is_some_and(|s| s.is_learner()))
+            }),
+        })
         .layer(GrpcMetricsLayer::new(server.metrics.grpc.clone()))
         .layer(tower::util::MapResponseLayer::new(
             crate::grpc_compat::rewrite_oversized_request,

@@ -17,8 +17,9 @@ use etcdserver::alarms::Alarms;
 use etcdserver::apply::{ApplyLoop, StateMachine};
 use etcdserver::auth::AuthStore;
 use etcdserver::bootstrap::{
-    check_volume, identity, is_tls_url, known_members, parse_listen_url, parse_url,
-    prepare_data_dir, recover_alarms, recover_lessor, Identity, ListenAddr, StartError,
+    check_volume, identity, is_tls_url, join_existing, joins_existing, known_members,
+    parse_listen_url, parse_url, prepare_data_dir, recover_alarms, recover_lessor, Identity,
+    ListenAddr, StartError,
 };
 use etcdserver::config::ServerConfig;
 use etcdserver::membership::ClusterMembers;
@@ -34,6 +35,10 @@ pub struct Member {
     shutdown: watch::Sender<bool>,
     serving: Vec<tokio::task::JoinHandle<()>>,
     apply_thread: Option<JoinHandle<()>>,
+    /// Set when this member applies its own removal from the cluster.
+    removed: Arc<watch::Sender<bool>>,
+    /// Set when a peer refuses this member's raft link as removed.
+    refused_as_removed: watch::Receiver<bool>,
 }
 
 impl Member {
@@ -48,6 +53,27 @@ impl Member {
     /// owner then stops it and exits non-zero, as etcd does.
     pub async fn fatal(&self) -> String {
         self.server.raft.fatal().raised().await
+    }
+
+    /// Resolves about a second after this member learns it was removed
+    /// from the cluster (it applied its removal, or a peer refused it as
+    /// removed), having logged etcd's lines: its owner then stops it and
+    /// exits with status 0, as etcd does.
+    pub async fn removed(&self) {
+        let mut applied = self.removed.subscribe();
+        let mut refused = self.refused_as_removed.clone();
+        let removed = tokio::select! {
+            r = applied.wait_for(|r| *r) => r.is_ok(),
+            r = refused.wait_for(|r| *r) => r.is_ok(),
+        };
+        if !removed {
+            return std::future::pending().await;
+        }
+        const REMOVED: &str = "the member has been permanently removed from the cluster";
+        // etcd's stopWithDelay: the removal's response goes out first
+        tokio::time::sleep(REMOVED_STOP_DELAY).await;
+        tracing::warn!(error = REMOVED, "server error");
+        tracing::warn!("data-dir used by this member must be removed");
     }
 
     /// Resolves once the member has a leader and has applied everything
@@ -80,9 +106,18 @@ impl Member {
     }
 }
 
+/// How long a removed member goes on before it stops (etcd's
+/// stopWithDelay after applying its own removal).
+const REMOVED_STOP_DELAY: Duration = Duration::from_secs(1);
+
 /// Starts a member: returns once its client listeners are bound.
 pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
-    let identity = identity(&cfg)?;
+    let peer_tls = peer_tls(&cfg)?;
+    let identity = if joins_existing(&cfg) {
+        join_existing(&cfg, peer_tls.as_ref().map(|t| t.client.clone())).await?
+    } else {
+        identity(&cfg)?
+    };
     let client_addrs = parse_listen_urls(&cfg.listen_client_urls)?;
     let http_addrs = parse_listen_urls(&cfg.listen_client_http_urls)?;
     if let Some(url) = cfg
@@ -98,17 +133,20 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     }
     let metrics_addrs = parse_urls(&cfg.listen_metrics_urls)?;
     let client_tls = client_tls(&cfg)?;
-    let peer_tls = peer_tls(&cfg)?;
     let metrics = Arc::new(Metrics::new(identity.member.id, cfg.metrics_extensive));
     check_volume(&cfg)?;
     prepare_data_dir(&cfg)?;
     log_start(&cfg, identity.restarted);
     let backend = open_backend(&cfg, &metrics).await?;
-    let members = Arc::new(ClusterMembers::new(known_members(
-        &backend.store,
-        identity.members.clone(),
-        &identity.member,
-    )?));
+    let removed_members: Vec<u64> = backend
+        .store
+        .side_records(mvcc::SideTable::MembersRemoved)?
+        .into_keys()
+        .collect();
+    let members = Arc::new(ClusterMembers::with_removed(
+        known_members(&backend.store, identity.members.clone(), &identity.member)?,
+        removed_members.clone(),
+    ));
     // A single member's transport has no peers: it sends nothing and
     // refuses every raft link and peer request (no sender is a member).
     let peer_transport = PeerTransport::new(
@@ -119,6 +157,16 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         metrics.network.clone(),
         peer_tls.clone(),
     );
+    for id in &removed_members {
+        peer_transport.remove_peer(*id);
+    }
+    // Before raft starts: conf changes replayed from the WAL reach the
+    // transport too.
+    let removed = Arc::new(watch::channel(false).0);
+    follow_membership(&members, &peer_transport, identity.member.id, &removed);
+    if removed_members.contains(&identity.member.id) {
+        removed.send_replace(true);
+    }
     let (raft, committed) = start_raft(
         &cfg,
         &identity,
@@ -135,7 +183,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
             raft,
             identity.member,
             identity.cluster_id,
-            apply.wait,
+            (apply.wait, apply.conf_wait),
             apply.applied,
             metrics,
             backend.lessor,
@@ -147,6 +195,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     if let Some(tls) = &peer_tls {
         server.set_peer_client_tls(tls.client.clone());
     }
+    server.set_transport(peer_transport.clone());
     let source = server.snapshot_source(cfg.member_dir().join("snap"));
     peer_transport.attach_snapshots(server.raft.clone(), Arc::new(source));
     let (shutdown, shutdown_rx) = watch::channel(false);
@@ -156,6 +205,8 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         shutdown,
         serving: Vec::new(),
         apply_thread: Some(apply.thread),
+        removed,
+        refused_as_removed: peer_transport.removed_notice(),
     };
     serve_peer_urls(&mut member, &peer_transport, &shutdown_rx).await?;
     if cfg.initial_corrupt_check {
@@ -428,6 +479,48 @@ fn parse_listen_urls(urls: &[String]) -> Result<Vec<ListenAddr>, StartError> {
     urls.iter().map(|u| parse_listen_url(u)).collect()
 }
 
+/// Keeps the peer transport on the member list as committed entries
+/// change it, and tells when this member itself is removed.
+fn follow_membership(
+    members: &ClusterMembers,
+    transport: &Arc<PeerTransport>,
+    own: u64,
+    removed: &Arc<watch::Sender<bool>>,
+) {
+    use etcdserver::membership::MembershipChange;
+    let transport = transport.clone();
+    let removed = removed.clone();
+    members.observe(Box::new(move |change| match change {
+        MembershipChange::Upserted(m) => {
+            if let Some(url) = m.peer_urls.first() {
+                transport.add_peer(m.id, url);
+            }
+        }
+        MembershipChange::Removed(id) => {
+            transport.remove_peer(*id);
+            if *id == own {
+                removed.send_replace(true);
+            }
+        }
+        MembershipChange::Replaced {
+            members,
+            removed: gone,
+        } => {
+            for m in members {
+                if let Some(url) = m.peer_urls.first() {
+                    transport.add_peer(m.id, url);
+                }
+            }
+            for id in gone {
+                transport.remove_peer(*id);
+            }
+            if gone.contains(&own) {
+                removed.send_replace(true);
+            }
+        }
+    }));
+}
+
 /// Every other member's ID and first peer URL.
 fn peer_urls(members: &ClusterMembers, me: u64) -> Vec<(u64, String)> {
     members
@@ -459,6 +552,7 @@ fn start_raft(
         election_timeout: cfg.election_timeout,
         applied: store.consistent_index(),
         cluster_id: identity.cluster_id,
+        force_new_cluster: cfg.force_new_cluster,
     };
     let options = consensus::StartOptions {
         snapshot_catch_up_entries: cfg.snapshot_catch_up_entries,

@@ -299,17 +299,26 @@ async fn errors_carry_etcds_codes_and_messages() {
 }
 
 #[tokio::test]
-async fn services_not_built_answer_unimplemented_without_hanging() {
+async fn member_changes_and_auth_are_served() {
     let dir = tempfile::tempdir().unwrap();
     let (m, mut c) = member(dir.path(), |_| {}).await;
-    // Member changes arrive with their own issue.
-    let r = tokio::time::timeout(
+    // a learner that never starts: it counts for no quorum
+    let added = tokio::time::timeout(
         Duration::from_secs(10),
-        c.member_add(["http://127.0.0.1:1"], None),
+        c.member_add(
+            ["http://127.0.0.1:1"],
+            Some(etcd_client::MemberAddOptions::new().with_is_learner()),
+        ),
     )
     .await
-    .expect("no hang");
-    assert_eq!(status_of(r.unwrap_err()).0, Code::Unimplemented);
+    .expect("no hang")
+    .unwrap();
+    let learner = added.member().unwrap();
+    assert!(learner.is_learner() && learner.name().is_empty());
+    assert_eq!(c.member_list().await.unwrap().members().len(), 2);
+    c.put("still", "writable", None).await.unwrap();
+    c.member_remove(learner.id()).await.unwrap();
+    assert_eq!(c.member_list().await.unwrap().members().len(), 1);
     // Auth is served.
     let users = c.user_list().await.unwrap();
     assert!(users.users().is_empty());

@@ -290,7 +290,7 @@ pub fn identity(cfg: &ServerConfig) -> Result<Identity, StartError> {
 
     if cfg.initial_cluster_state == "existing" {
         return Err(StartError::Config(
-            "joining an existing cluster (--initial-cluster-state existing) is not supported yet"
+            "a member joining a running cluster takes its identity from it: see join_existing"
                 .to_string(),
         ));
     }
@@ -307,6 +307,141 @@ pub fn identity(cfg: &ServerConfig) -> Result<Identity, StartError> {
         member,
         members,
         voters,
+        restarted: false,
+    })
+}
+
+/// Whether this member joins a running cluster: a new data dir (no WAL)
+/// and `--initial-cluster-state existing`.
+pub fn joins_existing(cfg: &ServerConfig) -> bool {
+    let wal_dir = cfg.member_dir().join("wal");
+    cfg.initial_cluster_state == "existing"
+        && !(wal_dir.exists()
+            && matches!(consensus::wal::Wal::read_metadata(&wal_dir), Ok(Some(_))))
+}
+
+/// How long a joining member tries each peer for the cluster's membership.
+const JOIN_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A member joining a running cluster (`--initial-cluster-state
+/// existing`): asks the members named in `--initial-cluster` for the
+/// cluster's membership (etcd's GetClusterFromRemotePeers), checks it as
+/// etcd's ValidateClusterAndAssignIDs does (the same number of members,
+/// peer URL sets matching one to one), and takes the running cluster's
+/// member and cluster IDs. Names are not compared, as in etcd.
+pub async fn join_existing(
+    cfg: &ServerConfig,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+) -> Result<Identity, StartError> {
+    let local = initial_members(cfg)?;
+    let Some(me) = local.iter().find(|m| m.name == cfg.name).cloned() else {
+        return Err(StartError::Config(format!(
+            "couldn't find local name {:?} in the initial cluster configuration",
+            cfg.name
+        )));
+    };
+    let mut last_error = String::from("no peer to ask");
+    for url in local
+        .iter()
+        .filter(|m| m.name != cfg.name)
+        .flat_map(|m| m.peer_urls.iter())
+    {
+        let tls = tls.as_ref().filter(|_| url.starts_with("https://"));
+        let channel = match consensus::transport::lazy_channel(url, JOIN_REQUEST_TIMEOUT, tls) {
+            Ok(channel) => channel,
+            Err(e) => {
+                last_error = e.to_string();
+                continue;
+            }
+        };
+        let mut client =
+            api::oxcdpeerpb::membership_peer_client::MembershipPeerClient::new(channel);
+        let asked = tokio::time::timeout(
+            JOIN_REQUEST_TIMEOUT,
+            client.members(api::oxcdpeerpb::MembersRequest {}),
+        )
+        .await;
+        let remote = match asked {
+            Ok(Ok(resp)) => resp.into_inner(),
+            Ok(Err(status)) => {
+                tracing::warn!(remote = %url, error = %status.message(), "failed to get cluster response");
+                last_error = status.message().to_string();
+                continue;
+            }
+            Err(_) => {
+                tracing::warn!(remote = %url, "failed to get cluster response: timed out");
+                last_error = "timed out".to_string();
+                continue;
+            }
+        };
+        return assign_ids(cfg, &local, me, remote);
+    }
+    Err(StartError::Config(format!(
+        "cannot fetch cluster info from peer urls: could not retrieve cluster information from the given URLs (last error: {last_error})"
+    )))
+}
+
+/// etcd's ValidateClusterAndAssignIDs: the local view (`--initial-cluster`)
+/// and the running cluster's membership must name the same peer URL sets.
+fn assign_ids(
+    cfg: &ServerConfig,
+    local: &[MemberInfo],
+    me: MemberInfo,
+    remote: api::oxcdpeerpb::MembersResponse,
+) -> Result<Identity, StartError> {
+    if local.len() != remote.members.len() {
+        return Err(StartError::Config(format!(
+            "error validating peerURLs {{ClusterID:{:x} Members:[{}] RemovedMemberIDs:[]}}: member count is unequal",
+            remote.cluster_id,
+            remote.members.iter().map(|m| format!("&{{ID:{:x} RaftAttributes:{{PeerURLs:[{}] IsLearner:{}}} Attributes:{{Name:{} ClientURLs:[{}]}}}}",
+                m.id, m.peer_ur_ls.join(" "), m.is_learner, m.name, m.client_ur_ls.join(" "))).collect::<Vec<_>>().join(" ")
+        )));
+    }
+    let sorted = |urls: &[String]| {
+        let mut urls = urls.to_vec();
+        urls.sort();
+        urls
+    };
+    let mut members = Vec::with_capacity(local.len());
+    let mut taken = std::collections::HashSet::new();
+    for l in local {
+        let found = remote
+            .members
+            .iter()
+            .find(|r| !taken.contains(&r.id) && sorted(&r.peer_ur_ls) == sorted(&l.peer_urls));
+        let Some(r) = found else {
+            return Err(StartError::Config(format!(
+                "error validating peerURLs: PeerURLs: no match found for existing member ({:x}, [{}]), last resolver error ()",
+                l.id,
+                l.peer_urls.join(" ")
+            )));
+        };
+        taken.insert(r.id);
+        members.push(MemberInfo {
+            id: r.id,
+            name: r.name.clone(),
+            peer_urls: r.peer_ur_ls.clone(),
+            client_urls: r.client_ur_ls.clone(),
+            is_learner: r.is_learner,
+        });
+    }
+    let own = members
+        .iter()
+        .find(|m| sorted(&m.peer_urls) == sorted(&me.peer_urls))
+        .cloned()
+        .expect("every local member matched one");
+    let member = MemberInfo {
+        name: cfg.name.clone(),
+        client_urls: cfg.advertise_client_urls.clone(),
+        ..own
+    };
+    tracing::info!("local-member-id" = %format!("{:x}", member.id), "cluster-id" = %format!("{:x}", remote.cluster_id),
+        "remote-version" = %remote.version, "joining an existing cluster");
+    Ok(Identity {
+        member,
+        members,
+        cluster_id: remote.cluster_id,
+        voters: remote.initial_voters,
         restarted: false,
     })
 }

@@ -25,6 +25,11 @@ pub struct ServerConfig {
     pub initial_cluster: String,
     pub initial_cluster_state: String,
     pub initial_cluster_token: String,
+    /// etcd's --strict-reconfig-check (default on): refuse membership
+    /// changes that could cause quorum loss.
+    pub strict_reconfig_check: bool,
+    /// etcd's --force-new-cluster.
+    pub force_new_cluster: bool,
     pub snapshot_count: u64,
     pub heartbeat: Duration,
     pub election_timeout: Duration,
@@ -116,6 +121,8 @@ impl Default for ServerConfig {
             initial_cluster: "default=http://localhost:2380".into(),
             initial_cluster_state: "new".into(),
             initial_cluster_token: "etcd-cluster".into(),
+            strict_reconfig_check: true,
+            force_new_cluster: false,
             snapshot_count: 100_000,
             heartbeat: Duration::from_millis(100),
             election_timeout: Duration::from_millis(1000),

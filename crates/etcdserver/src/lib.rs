@@ -25,6 +25,7 @@ pub mod lease_driver;
 pub mod membership;
 pub mod metrics;
 pub mod peers;
+pub mod reconfig;
 pub mod server;
 pub mod snapshot;
 pub mod wait;

@@ -50,13 +50,20 @@ pub struct EtcdServer {
     pub members: Arc<ClusterMembers>,
     pub cluster_id: u64,
     pub(crate) wait: Arc<Wait<ApplyOutcome>>,
+    pub(crate) conf_wait: Arc<Wait<crate::apply::ConfChangeOutcome>>,
     pub(crate) applied: watch::Receiver<u64>,
-    request_ids: RequestIdGenerator,
+    pub(crate) request_ids: RequestIdGenerator,
     pub metrics: Arc<Metrics>,
     pub lessor: Arc<Lessor>,
     pub alarms: Arc<Alarms>,
     pub auth: Arc<AuthStore>,
     pub(crate) peer_channels: PeerChannels,
+    /// The peer transport (raft links), once started: membership changes
+    /// follow it, and its link ages tell whether the cluster is healthy.
+    pub(crate) transport: std::sync::OnceLock<Arc<consensus::transport::PeerTransport>>,
+    /// Held by the leader while it judges and carries out a membership
+    /// change: one at a time, each judged on the list the last one left.
+    pub(crate) reconfig: tokio::sync::Mutex<()>,
     /// This server's own Arc, for background work it starts.
     pub(crate) me: Weak<EtcdServer>,
 }
@@ -70,7 +77,10 @@ impl EtcdServer {
         raft: RaftHandle,
         member: Member,
         cluster_id: u64,
-        wait: Arc<Wait<ApplyOutcome>>,
+        waits: (
+            Arc<Wait<ApplyOutcome>>,
+            Arc<Wait<crate::apply::ConfChangeOutcome>>,
+        ),
         applied: watch::Receiver<u64>,
         metrics: Arc<Metrics>,
         lessor: Arc<Lessor>,
@@ -86,7 +96,8 @@ impl EtcdServer {
             member,
             members,
             cluster_id,
-            wait,
+            wait: waits.0,
+            conf_wait: waits.1,
             applied,
             request_ids,
             metrics,
@@ -94,6 +105,8 @@ impl EtcdServer {
             alarms,
             auth,
             peer_channels: PeerChannels::default(),
+            transport: std::sync::OnceLock::new(),
+            reconfig: tokio::sync::Mutex::new(()),
             me,
         }
     }
@@ -117,6 +130,7 @@ impl EtcdServer {
     /// than at their timeout.
     pub fn abandon_waiting_proposals(&self) {
         self.wait.close();
+        self.conf_wait.close();
     }
 
     /// A response header for this member at the store's current revision.
@@ -350,7 +364,7 @@ impl EtcdServer {
 /// Unique request IDs, as etcd's idutil.Generator: the member's low 16 bits,
 /// then 40 bits of the start time in ms, then an 8-bit counter that carries
 /// into the time bits. IDs from different members and restarts never collide.
-struct RequestIdGenerator {
+pub(crate) struct RequestIdGenerator {
     prefix: u64,
     suffix: AtomicU64,
 }
@@ -372,7 +386,7 @@ impl RequestIdGenerator {
         }
     }
 
-    fn next(&self) -> u64 {
+    pub(crate) fn next(&self) -> u64 {
         let suffix = self.suffix.fetch_add(1, Ordering::Relaxed) + 1;
         self.prefix | (suffix & ((1 << SUFFIX_BITS) - 1))
     }

@@ -16,6 +16,10 @@ pub(crate) const META_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new
 /// Cluster membership as the apply layer records it: member ID (u64) →
 /// an opaque record the server encodes (etcd keeps a "members" bucket).
 pub(crate) const MEMBERS_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("members");
+/// Members removed from the cluster: member ID → a marker (etcd's
+/// "members_removed" bucket); a removed ID never joins again.
+pub(crate) const MEMBERS_REMOVED_TABLE: TableDefinition<u64, &[u8]> =
+    TableDefinition::new("members_removed");
 /// Leases: lease ID (i64 as u64) → an encoded `leasepb.Lease` (etcd's "lease" bucket).
 pub(crate) const LEASES_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("lease");
 /// Alarms: an opaque key chosen by the server → an opaque record (etcd's "alarm" bucket).
@@ -29,14 +33,16 @@ pub(crate) const AUTH_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new(
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SideTable {
     Members,
+    MembersRemoved,
     Leases,
     Alarms,
     Auth,
 }
 
 impl SideTable {
-    pub(crate) const ALL: [SideTable; 4] = [
+    pub(crate) const ALL: [SideTable; 5] = [
         SideTable::Members,
+        SideTable::MembersRemoved,
         SideTable::Leases,
         SideTable::Alarms,
         SideTable::Auth,
@@ -45,6 +51,7 @@ impl SideTable {
     pub(crate) fn definition(self) -> TableDefinition<'static, u64, &'static [u8]> {
         match self {
             SideTable::Members => MEMBERS_TABLE,
+            SideTable::MembersRemoved => MEMBERS_REMOVED_TABLE,
             SideTable::Leases => LEASES_TABLE,
             SideTable::Alarms => ALARMS_TABLE,
             SideTable::Auth => AUTH_TABLE,

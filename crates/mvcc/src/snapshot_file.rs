@@ -332,8 +332,10 @@ impl SnapshotFile {
             .map_err(backend_error)?;
         copy_table(&from, &txn, KEY_TABLE)?;
         copy_table(&from, &txn, META_TABLE)?;
+        // membership comes from the restore's flags: a restored cluster is
+        // new, its old members (and removed ones) are not copied
         for side in SideTable::ALL {
-            if side != SideTable::Members {
+            if !matches!(side, SideTable::Members | SideTable::MembersRemoved) {
                 copy_table(&from, &txn, side.definition())?;
             }
         }

@@ -78,6 +78,12 @@ struct Flags {
         default_value = "etcd-cluster"
     )]
     initial_cluster_token: String,
+    /// Reject reconfiguration requests that would cause quorum loss.
+    #[arg(long, env = "ETCD_STRICT_RECONFIG_CHECK", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    strict_reconfig_check: bool,
+    /// Force to create a new one member cluster.
+    #[arg(long, env = "ETCD_FORCE_NEW_CLUSTER", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    force_new_cluster: bool,
     /// Number of committed transactions to trigger a snapshot to disk.
     #[arg(long, env = "ETCD_SNAPSHOT_COUNT", default_value_t = 100_000)]
     snapshot_count: u64,
@@ -373,6 +379,8 @@ fn config_from(flags: Flags) -> Result<ServerConfig, String> {
         initial_cluster,
         initial_cluster_state: flags.initial_cluster_state,
         initial_cluster_token: flags.initial_cluster_token,
+        strict_reconfig_check: flags.strict_reconfig_check,
+        force_new_cluster: flags.force_new_cluster,
         snapshot_count: flags.snapshot_count,
         heartbeat: Duration::from_millis(flags.heartbeat_interval),
         election_timeout: Duration::from_millis(flags.election_timeout),
@@ -557,6 +565,8 @@ fn main() -> ExitCode {
                 None
             }
             cause = member.fatal() => Some(cause),
+            // etcd: a removed member stops and exits with status 0
+            _ = member.removed() => None,
         };
         member.stop().await;
         match fatal {

@@ -11,39 +11,12 @@ use testkit::Cluster;
 use tonic::Code;
 
 mod common;
-use common::{client, leader, require_leader_client, ELECTION_DEADLINE};
+use common::{client, hashes_converge, leader, require_leader_client, ELECTION_DEADLINE};
 
 fn status_error(e: etcd_client::Error) -> (Code, String) {
     match e {
         etcd_client::Error::GRpcStatus(s) => (s.code(), s.message().to_string()),
         other => panic!("expected a gRPC status, got {other:?}"),
-    }
-}
-
-async fn hashes_converge(cluster: &Cluster) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let mut hashes = Vec::new();
-        for endpoint in cluster.endpoints() {
-            let mut c = client(&[endpoint]).await;
-            let rev = c
-                .get(
-                    "",
-                    Some(GetOptions::new().with_all_keys().with_serializable()),
-                )
-                .await
-                .unwrap();
-            let r = c.hash_kv(0).await.unwrap();
-            hashes.push((rev.header().unwrap().revision(), r.hash()));
-        }
-        if hashes.iter().all(|h| *h == hashes[0]) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "members do not converge: {hashes:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -50,6 +50,62 @@ pub fn member_id(peer_urls: &[String], cluster_token: &str) -> u64 {
     first_u64(&hasher.finalize())
 }
 
+/// The ID etcd gives a member added at run time (MemberAdd): the same hash
+/// with the decimal Unix time in seconds in place of the cluster token
+/// (membership.NewMember with an empty cluster name and `now`).
+pub fn added_member_id(peer_urls: &[String], unix_secs: i64) -> u64 {
+    member_id(peer_urls, &unix_secs.to_string())
+}
+
+/// The record of a member in the `members_removed` table (etcd writes
+/// the same bytes in its bucket).
+pub const REMOVED_RECORD: &[u8] = b"removed";
+
+/// etcd's types.NewURLs: every URL parses, is http(s) with a host:port and
+/// no path, or unix(s); at least one; returned sorted (as etcd keeps a
+/// member's peer URLs).
+pub fn parse_peer_urls(urls: &[String]) -> Result<Vec<String>, String> {
+    if urls.is_empty() {
+        return Err("no valid URLs given".to_string());
+    }
+    let mut out = Vec::with_capacity(urls.len());
+    for raw in urls {
+        let input = raw.trim();
+        let (scheme, rest) = input
+            .split_once("://")
+            .ok_or_else(|| format!("URL scheme must be http, https, unix, or unixs: {input}"))?;
+        match scheme {
+            "http" | "https" => {
+                let (authority, path) = match rest.find(['/', '?', '#']) {
+                    Some(i) => rest.split_at(i),
+                    None => (rest, ""),
+                };
+                let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+                let port_ok = host_port.rsplit_once(':').is_some_and(|(host, port)| {
+                    !port.contains(']') && (!host.contains(':') || host.starts_with('['))
+                });
+                if !port_ok {
+                    return Err(format!(
+                        "URL address does not have the form \"host:port\": {input}"
+                    ));
+                }
+                if path.starts_with('/') {
+                    return Err(format!("URL must not contain a path: {input}"));
+                }
+            }
+            "unix" | "unixs" => {}
+            _ => {
+                return Err(format!(
+                    "URL scheme must be http, https, unix, or unixs: {input}"
+                ))
+            }
+        }
+        out.push(input.to_string());
+    }
+    out.sort();
+    Ok(out)
+}
+
 pub fn cluster_id(member_ids: &[u64]) -> u64 {
     let mut ids = member_ids.to_vec();
     ids.sort_unstable();
@@ -94,6 +150,39 @@ mod tests {
         let id = member_id(&["http://localhost:2380".to_string()], "etcd-cluster");
         assert_eq!(format!("{id:x}"), "8e9e05c52164694d");
         assert_eq!(format!("{:x}", cluster_id(&[id])), "cdf818194e3a8c32");
+    }
+
+    #[test]
+    fn an_added_members_id_hashes_its_sorted_urls_and_the_time_as_etcds() {
+        // etcd 3.5: membership.NewMember("", ["http://127.0.0.1:2380"], "", time.Unix(1700000000, 0))
+        let urls = vec!["http://127.0.0.1:2380".to_string()];
+        assert_eq!(
+            added_member_id(&urls, 1_700_000_000),
+            member_id(&urls, "1700000000")
+        );
+        let two = vec!["http://b:1".to_string(), "http://a:1".to_string()];
+        let mut sorted = two.clone();
+        sorted.sort();
+        assert_eq!(added_member_id(&two, 5), added_member_id(&sorted, 5));
+        assert_ne!(added_member_id(&urls, 5), added_member_id(&urls, 6));
+    }
+
+    #[test]
+    fn peer_urls_are_checked_as_etcds_new_urls() {
+        let ok = parse_peer_urls(&["http://b:2380".into(), "https://a:2380".into()]).unwrap();
+        assert_eq!(ok, ["http://b:2380", "https://a:2380"]);
+        assert!(parse_peer_urls(&["unix://sock".into()]).is_ok());
+        assert!(parse_peer_urls(&["http://[::1]:2380".into()]).is_ok());
+        for bad in [
+            "127.0.0.1:2380",
+            "ftp://a:1",
+            "http://a",
+            "http://a:1/path",
+            "http://::1",
+        ] {
+            assert!(parse_peer_urls(&[bad.to_string()]).is_err(), "{bad}");
+        }
+        assert!(parse_peer_urls(&[]).is_err());
     }
 
     #[test]

@@ -335,8 +335,13 @@ pub struct Cluster {
     pub names: Vec<String>,
     pub ips: Vec<String>,
     initial_cluster: String,
+    /// Each member's own `--initial-cluster`, when it differs (a member
+    /// that joined a running cluster), and `--initial-cluster-state`.
+    joined: Vec<Option<String>>,
     extra: Vec<String>,
     dir: tempfile::TempDir,
+    /// 127.A.B: the members' addresses are 127.A.B.i.
+    net: String,
     /// `http` or `https`, for the client and for the peer URLs.
     client_scheme: &'static str,
     peer_scheme: &'static str,
@@ -384,6 +389,8 @@ impl Cluster {
             names,
             ips,
             initial_cluster,
+            joined: vec![None; n],
+            net: format!("127.{a}.{b}"),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             dir: tempfile::tempdir().expect("temp dir"),
             client_scheme,
@@ -415,6 +422,36 @@ impl Cluster {
         }
     }
 
+    /// A new member's slot (name `m<n>`, address, data dir), not started:
+    /// add it to the cluster (MemberAdd), then [`Cluster::join`] it.
+    pub fn reserve(&mut self) -> usize {
+        let i = self.members.len();
+        self.members.push(None);
+        self.names.push(format!("m{}", i + 1));
+        self.ips.push(format!("{}.{}", self.net, i + 1));
+        self.joined.push(None);
+        i
+    }
+
+    /// Starts member `i` as etcd's runbook starts an added member:
+    /// `--initial-cluster` naming the running members and itself,
+    /// `--initial-cluster-state existing`; waits until it is ready.
+    pub fn join(&mut self, i: usize) {
+        let spec = self.membership_spec(i);
+        self.joined[i] = Some(spec);
+        self.members[i] = Some(self.spawn(i));
+        self.wait_ready(i);
+    }
+
+    /// `name=peer-url` of every running member and of member `i`.
+    fn membership_spec(&self, i: usize) -> String {
+        (0..self.members.len())
+            .filter(|j| *j == i || self.members[*j].is_some())
+            .map(|j| format!("{}={}", self.names[j], self.peer_url(j)))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// The `--initial-cluster` value every member starts with.
     pub fn initial_cluster(&self) -> &str {
         &self.initial_cluster
@@ -441,8 +478,13 @@ impl Cluster {
                 "--initial-advertise-peer-urls",
                 &format!("{peer}://{ip}:2380"),
             ])
-            .args(["--initial-cluster", &self.initial_cluster])
             .args(&self.extra);
+        match &self.joined[i] {
+            Some(spec) => cmd
+                .args(["--initial-cluster", spec])
+                .args(["--initial-cluster-state", "existing"]),
+            None => cmd.args(["--initial-cluster", &self.initial_cluster]),
+        };
         let mut p = Process::spawn(cmd, &data_dir);
         p.endpoint = format!("{client}://{ip}:2379");
         p

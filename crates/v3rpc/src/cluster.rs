@@ -1,5 +1,5 @@
-//! The Cluster service: membership as this member knows it. Changing
-//! membership arrives with the multi-member issue (Unimplemented until then).
+//! The Cluster service: membership as this member knows it, and its
+//! changes (judged and carried out by the leader: etcdserver::reconfig).
 
 use std::sync::Arc;
 
@@ -32,7 +32,9 @@ impl Cluster for ClusterService {
     ) -> Result<Response<MemberAddResponse>, Status> {
         // Member changes are root's (etcd's authClusterServer).
         crate::auth::require_admin(&self.server, &request).await?;
-        Err(Status::unimplemented("MemberAdd is not implemented yet"))
+        check_require_leader(&self.server, &request)?;
+        let resp = self.server.member_add(request.into_inner()).await?;
+        Ok(Response::new(resp))
     }
 
     async fn member_remove(
@@ -41,7 +43,9 @@ impl Cluster for ClusterService {
     ) -> Result<Response<MemberRemoveResponse>, Status> {
         // Member changes are root's (etcd's authClusterServer).
         crate::auth::require_admin(&self.server, &request).await?;
-        Err(Status::unimplemented("MemberRemove is not implemented yet"))
+        check_require_leader(&self.server, &request)?;
+        let resp = self.server.member_remove(request.into_inner()).await?;
+        Ok(Response::new(resp))
     }
 
     async fn member_update(
@@ -50,7 +54,9 @@ impl Cluster for ClusterService {
     ) -> Result<Response<MemberUpdateResponse>, Status> {
         // Member changes are root's (etcd's authClusterServer).
         crate::auth::require_admin(&self.server, &request).await?;
-        Err(Status::unimplemented("MemberUpdate is not implemented yet"))
+        check_require_leader(&self.server, &request)?;
+        let resp = self.server.member_update(request.into_inner()).await?;
+        Ok(Response::new(resp))
     }
 
     async fn member_list(
@@ -66,14 +72,8 @@ impl Cluster for ClusterService {
             .server
             .members
             .list()
-            .into_iter()
-            .map(|m| PbMember {
-                id: m.id,
-                name: m.name,
-                peer_ur_ls: m.peer_urls,
-                client_ur_ls: m.client_urls,
-                is_learner: m.is_learner,
-            })
+            .iter()
+            .map(etcdserver::reconfig::to_pb)
             .collect();
         // etcd's cluster server header carries no revision.
         let header = self.server.header(0);
@@ -89,8 +89,8 @@ impl Cluster for ClusterService {
     ) -> Result<Response<MemberPromoteResponse>, Status> {
         // Member changes are root's (etcd's authClusterServer).
         crate::auth::require_admin(&self.server, &request).await?;
-        Err(Status::unimplemented(
-            "MemberPromote is not implemented yet",
-        ))
+        check_require_leader(&self.server, &request)?;
+        let resp = self.server.member_promote(request.into_inner()).await?;
+        Ok(Response::new(resp))
     }
 }

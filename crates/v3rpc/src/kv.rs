@@ -35,6 +35,10 @@ impl Kv for KvService {
         let user = user_of(&self.server, &request).await?;
         let req = request.into_inner();
         checks::check_range(&req)?;
+        // a learner serves serializable reads only (etcd's interceptor)
+        if !req.serializable && self.server.is_learner() {
+            return Err(api::rpctypes::NOT_SUPPORTED_FOR_LEARNER.status());
+        }
         if !req.serializable {
             self.server.linearizable_read_notify().await?;
         }

@@ -67,7 +67,7 @@ impl Maintenance for MaintenanceService {
             raft_applied_index: self.server.applied_index(),
             errors,
             db_size_in_use: store.db_size_in_use(),
-            is_learner: false,
+            is_learner: self.server.is_learner(),
         }))
     }
 

@@ -106,7 +106,7 @@ impl Core {
         // replay them into raft now. Those above come back through the loop.
         let mut conf_history = ConfHistory::new(log.snap_index, log.base_conf);
         for e in log.entries.iter().filter(|e| e.index <= applied) {
-            if let Some(cs) = apply_conf_change_entry(&mut raw, e)? {
+            if let ConfApplied::Changed(cs) = apply_conf_change_entry(&mut raw, e)? {
                 conf_history.push(e.index, cs);
             }
         }
@@ -152,19 +152,18 @@ impl Core {
                 };
                 reply.send(result);
             }
-            Input::ProposeConfChange {
-                context,
-                change,
-                reply,
-            } => {
+            Input::ProposeConfChange { change, reply } => {
                 let result = if self.raw.raft.leader_id == INVALID_ID {
                     Err(ConsensusError::NoLeader)
                 } else {
                     self.raw
-                        .propose_conf_change(context, change)
+                        .propose_conf_change(Vec::new(), change)
                         .map_err(|_| ConsensusError::ProposalDropped)
                 };
                 let _ = reply.send(result);
+            }
+            Input::Progress { reply } => {
+                let _ = reply.send(self.progress());
             }
             Input::ReadIndex { reply } => self.reads.queue(reply),
             Input::ReportSnapshot { to, finished } => {
@@ -182,6 +181,27 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// The leader's view of every member's log; None on a follower.
+    fn progress(&self) -> Option<Vec<crate::PeerProgress>> {
+        let raft = &self.raw.raft;
+        if raft.state != StateRole::Leader {
+            return None;
+        }
+        let learners = raft.prs().conf().learners();
+        let mut all: Vec<crate::PeerProgress> = raft
+            .prs()
+            .iter()
+            .map(|(id, pr)| crate::PeerProgress {
+                id: *id,
+                matched: pr.matched,
+                is_learner: learners.contains(id),
+                recent_active: pr.recent_active || *id == self.id,
+            })
+            .collect();
+        all.sort_by_key(|p| p.id);
+        Some(all)
     }
 
     /// One heartbeat interval passed.
@@ -282,9 +302,20 @@ impl Core {
         });
         let messages = light.take_messages();
         committed.extend(light.take_committed_entries());
-        for e in &committed {
-            if let Some(cs) = apply_conf_change_entry(&mut self.raw, e)? {
-                self.conf_history.push(e.index, cs);
+        for e in &mut committed {
+            match apply_conf_change_entry(&mut self.raw, e)? {
+                ConfApplied::NotConfChange => {}
+                ConfApplied::Changed(cs) => {
+                    self.step_down_if_removed(&cs);
+                    self.conf_history.push(e.index, cs);
+                }
+                // The apply side must follow raft's configuration: a change
+                // raft refused reaches it as what it was for raft, nothing.
+                ConfApplied::Refused => {
+                    e.set_entry_type(EntryType::EntryNormal);
+                    e.data = Vec::new().into();
+                    e.context = Vec::new().into();
+                }
             }
         }
         Ok(Advanced {
@@ -293,6 +324,22 @@ impl Core {
             messages,
             committed,
         })
+    }
+
+    /// A leader that applied its own removal steps down (keeping its
+    /// term): raft-rs would otherwise go on leading a configuration it is
+    /// not in, and panic counting its own progress. The others elect a new
+    /// leader after an election timeout, as in etcd.
+    fn step_down_if_removed(&mut self, cs: &ConfState) {
+        let raft = &mut self.raw.raft;
+        if raft.state == StateRole::Leader
+            && !cs.voters.contains(&self.id)
+            && !cs.learners.contains(&self.id)
+        {
+            let term = raft.term;
+            raft.become_follower(term, INVALID_ID);
+            tracing::info!(id = %format!("{:x}", self.id), term, "raft: removed from the cluster: stepped down");
+        }
     }
 
     /// The snapshot to write when apply asks for one at `requested` (its
@@ -447,6 +494,15 @@ impl Rebuilt {
     }
 }
 
+/// What a committed entry did to raft's configuration.
+enum ConfApplied {
+    NotConfChange,
+    Changed(ConfState),
+    /// raft refused the change (it would leave no voter, say): it is as if
+    /// the entry were empty.
+    Refused,
+}
+
 /// Applies a committed conf-change entry to raft; returns the new ConfState.
 /// A change raft rejects is logged and skipped (raft ignores it too, as
 /// etcd's raft does); an entry that cannot be decoded stops the member (etcd:
@@ -454,7 +510,7 @@ impl Rebuilt {
 fn apply_conf_change_entry(
     raw: &mut RawNode<MemStorage>,
     entry: &Entry,
-) -> Result<Option<ConfState>, ConsensusError> {
+) -> Result<ConfApplied, ConsensusError> {
     let undecodable = |e: protobuf::ProtobufError| {
         corrupt(format!(
             "cannot decode the committed conf change at index {}: {e}",
@@ -462,7 +518,7 @@ fn apply_conf_change_entry(
         ))
     };
     let result = match entry.get_entry_type() {
-        EntryType::EntryNormal => return Ok(None),
+        EntryType::EntryNormal => return Ok(ConfApplied::NotConfChange),
         EntryType::EntryConfChange => {
             let cc = ConfChange::parse_from_bytes(&entry.data).map_err(undecodable)?;
             raw.apply_conf_change(&cc)
@@ -475,11 +531,11 @@ fn apply_conf_change_entry(
     match result {
         Ok(cs) => {
             raw.mut_store().wl().set_conf_state(cs.clone());
-            Ok(Some(cs))
+            Ok(ConfApplied::Changed(cs))
         }
         Err(e) => {
             tracing::warn!(index = entry.index, error = %e, "raft: ignoring conf change raft rejected");
-            Ok(None)
+            Ok(ConfApplied::Refused)
         }
     }
 }

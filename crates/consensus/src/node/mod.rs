@@ -20,6 +20,7 @@ use crate::{
 
 mod conf;
 mod core;
+mod force_new_cluster;
 mod reads;
 
 use self::core::{Core, Restore};
@@ -73,9 +74,24 @@ impl Node {
                 cfg.id
             )));
         }
-        let (hard_state, entries) = contents
+        let _ = shared.initial_voters.set(metadata.initial_voters.clone());
+        // etcd's --force-new-cluster acts only on a member with a WAL.
+        let existed = contents.is_some();
+        let (mut hard_state, mut entries) = contents
             .map(|c| (c.hard_state, c.entries))
             .unwrap_or_default();
+        if cfg.force_new_cluster && existed {
+            let forced = force_new_cluster::rewrite(
+                cfg,
+                snapshot.as_ref(),
+                &metadata.initial_voters,
+                &mut hard_state,
+                &mut entries,
+            )?;
+            wal.append(&forced, Some(&hard_state));
+            wal.sync()?;
+            entries.extend(forced);
+        }
         let core = Core::restore(
             &config,
             Restore {
@@ -135,6 +151,11 @@ impl Node {
             let wake = self.wait();
             let closed = matches!(wake, Wake::Input(None));
             if let Wake::Input(Some(input)) = wake {
+                // raft learns what was applied before it judges a proposal:
+                // a conf change right after the last one applied must not
+                // be taken for a second pending one
+                self.core
+                    .applied_to(self.shared.applied.load(Ordering::Acquire));
                 self.core.input(input);
             }
             if let Err(e) = self.turn() {
@@ -167,6 +188,8 @@ impl Node {
 
     /// One turn of the loop after a wake-up.
     fn turn(&mut self) -> Result<(), ConsensusError> {
+        self.core
+            .applied_to(self.shared.applied.load(Ordering::Acquire));
         for _ in 0..INPUT_QUEUE_CAPACITY {
             match self.input.try_recv() {
                 Ok(input) => self.core.input(input),
@@ -349,6 +372,9 @@ impl Node {
                 }
                 Input::ReadIndex { reply } => {
                     let _ = reply.send(Err(ConsensusError::Stopped));
+                }
+                Input::Progress { reply } => {
+                    let _ = reply.send(None);
                 }
                 Input::Step(_) | Input::ReportSnapshot { .. } | Input::TransferLeader(_) => {}
             }

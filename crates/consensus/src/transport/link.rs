@@ -25,6 +25,10 @@ pub const RAFT_MAGIC: &[u8; 8] = b"OXRAFT01";
 /// handshaken and served on the raft thread's runtime.
 pub const RAFT_ALPN: &[u8] = b"oxcd-raft";
 const RAFT_HELLO_LEN: usize = 8 + 3 * 8;
+/// The one byte a member writes on a raft link from a member removed from
+/// the cluster before closing it (etcd answers such a stream HTTP 410
+/// `removed member`): the sender learns it was removed, and stops.
+pub const REMOVED_MARK: u8 = b'R';
 /// A raft link whose peer does not take a batch within this is dropped and
 /// reconnected (etcd's ConnWriteTimeout).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -73,6 +77,7 @@ pub(super) struct Link {
     /// TLS to the peer (its URL is `https://`): what to verify it with and
     /// which certificate to present.
     pub(super) tls: Option<Arc<rustls::ClientConfig>>,
+    pub(super) state: Arc<super::LinkState>,
 }
 
 /// A raft link's stream: TCP, or TLS over it.
@@ -115,9 +120,12 @@ pub(super) async fn run_peer(link: Link, url: String, mut queue: mpsc::Receiver<
                 if was_connected {
                     tracing::warn!(peer = %format!("{to:x}"), "lost TCP streaming connection with remote peer");
                     link.observer.connection(to, false);
+                    link.state.active_since.lock().remove(&to);
                     was_connected = false;
                 }
-                drop_stale(&link, &mut queue);
+                if drop_stale(&link, &mut queue) {
+                    return; // the peer was removed or its URL changed
+                }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(BACKOFF_MAX);
                 continue;
@@ -133,12 +141,31 @@ pub(super) async fn run_peer(link: Link, url: String, mut queue: mpsc::Receiver<
         if !was_connected {
             tracing::info!(peer = %format!("{to:x}"), "established TCP streaming connection with remote peer");
             link.observer.connection(to, true);
+            link.state
+                .active_since
+                .lock()
+                .insert(to, std::time::Instant::now());
             was_connected = true;
         }
         let streamed = stream_batches(&link, &mut queue, stream).await;
         prober.abort();
         match streamed {
-            Streamed::Stopping => return,
+            Streamed::Stopping => {
+                if was_connected {
+                    link.observer.connection(to, false);
+                    link.state.active_since.lock().remove(&to);
+                }
+                return;
+            }
+            Streamed::Removed => {
+                tracing::error!(
+                    "remote-peer-id" = %format!("{to:x}"),
+                    "the member has been permanently removed from the cluster (a peer refused its stream)"
+                );
+                link.state.removed.send_replace(true);
+                link.state.active_since.lock().remove(&to);
+                return;
+            }
             Streamed::Broken { carried, error } => {
                 if carried {
                     failure = DialFailure::default();
@@ -182,21 +209,30 @@ impl DialFailure {
 }
 
 /// Messages queued while the peer is unreachable are stale: dropped
-/// (raft retransmits), and counted as failed sends.
-fn drop_stale(link: &Link, queue: &mut mpsc::Receiver<Vec<u8>>) {
+/// (raft retransmits), and counted as failed sends. True when the queue
+/// is closed: the peer is gone from the transport.
+fn drop_stale(link: &Link, queue: &mut mpsc::Receiver<Vec<u8>>) -> bool {
     let mut stale = 0;
-    while queue.try_recv().is_ok() {
-        stale += 1;
-    }
+    let closed = loop {
+        match queue.try_recv() {
+            Ok(_) => stale += 1,
+            Err(mpsc::error::TryRecvError::Empty) => break false,
+            Err(mpsc::error::TryRecvError::Disconnected) => break true,
+        }
+    };
     if stale > 0 {
         link.observer.send_failed(link.to, stale);
     }
+    closed
 }
 
 /// How one connection's streaming ended.
 enum Streamed {
-    /// The transport is gone: the member is stopping.
+    /// The transport is gone (the member is stopping), or this peer was
+    /// dropped from it.
     Stopping,
+    /// The peer refused the link: this member was removed from the cluster.
+    Removed,
     /// The connection failed or the peer closed it; `carried` if any batch
     /// went through first; the failure, unless the peer closed it cleanly.
     Broken {
@@ -226,6 +262,9 @@ async fn stream_batches(
         let first = tokio::select! {
             first = queue.recv() => first,
             read = reader.read(&mut eof) => {
+                if matches!(read, Ok(1)) && eof[0] == REMOVED_MARK {
+                    return Streamed::Removed;
+                }
                 return Streamed::Broken { carried, error: read.err() };
             }
         };
@@ -460,7 +499,9 @@ impl PeerTransport {
     /// sender that is a member), replaces that sender's previous link, then
     /// steps every message into the local raft node until the peer closes
     /// the link or a newer one replaces it.
-    pub(crate) async fn serve_raft_link<S: tokio::io::AsyncRead + Unpin + Send>(
+    pub(crate) async fn serve_raft_link<
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send,
+    >(
         self: Arc<Self>,
         stream: S,
         raft: RaftHandle,
@@ -484,6 +525,16 @@ impl PeerTransport {
                 local_member = %format!("{:x}", self.id), to = %format!("{to:x}"), from = %format!("{from:x}"),
                 "refused a raft link for another cluster or member"
             );
+            return;
+        }
+        if self.is_removed(from) {
+            tracing::warn!(
+                "local-member-id" = %format!("{:x}", self.id),
+                "remote-peer-id" = %format!("{from:x}"),
+                "rejected stream from remote peer because it was removed"
+            );
+            let _ = tokio::time::timeout(WRITE_TIMEOUT, reader.write_all(&[REMOVED_MARK])).await;
+            let _ = reader.shutdown().await;
             return;
         }
         if !self.is_peer(from) {
@@ -633,6 +684,7 @@ mod tests {
             observer: Arc::new(Unobserved),
             probes: tokio::runtime::Handle::current(),
             tls: Some(client),
+            state: Default::default(),
         };
         let error = match connect_raft(&addr, &link).await {
             Err(e) => e,

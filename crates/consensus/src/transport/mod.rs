@@ -35,7 +35,7 @@ mod snapshot;
 pub use dial::{channel, lazy_channel, PeerTls};
 pub use link::{
     adopt_raft_link, is_raft_link, MAX_PEER_MESSAGE_BYTES, MAX_RAFT_LINK_BUFFERED_BYTES,
-    PROBE_INTERVAL, RAFT_ALPN, RAFT_MAGIC,
+    PROBE_INTERVAL, RAFT_ALPN, RAFT_MAGIC, REMOVED_MARK,
 };
 pub use listener::{
     accept_until_stop, serve_peer_listener, MAX_PEER_CONNECTIONS, MAX_PEER_STREAMS_PER_CONNECTION,
@@ -122,6 +122,24 @@ pub struct PeerTransport {
     receiving_snapshots: parking_lot::Mutex<HashSet<u64>>,
     /// TLS on the peer port and to peers (`https://` peer URLs).
     tls: Option<PeerTls>,
+    /// Members removed from the cluster: their links are refused with
+    /// [`REMOVED_MARK`] (etcd answers their streams 410).
+    removed: RwLock<HashSet<u64>>,
+    /// Shared with every link: when each peer's outbound link came up,
+    /// and whether a peer told this member it was removed.
+    links: Arc<LinkState>,
+    /// The raft thread's runtime, once started: senders of peers added
+    /// later are spawned there.
+    io: OnceLock<tokio::runtime::Handle>,
+}
+
+/// What the links of one member share.
+#[derive(Default)]
+pub(crate) struct LinkState {
+    /// Since when each peer's outbound raft link has been up.
+    pub(crate) active_since: parking_lot::Mutex<HashMap<u64, std::time::Instant>>,
+    /// Set when a peer refuses this member's link because it was removed.
+    pub(crate) removed: tokio::sync::watch::Sender<bool>,
 }
 
 impl PeerTransport {
@@ -146,30 +164,88 @@ impl PeerTransport {
             next_link: AtomicU64::new(0),
             link_bytes: Arc::new(AtomicUsize::new(0)),
             receiving_snapshots: parking_lot::Mutex::new(HashSet::new()),
-            tls: tls.clone(),
+            tls,
+            removed: RwLock::new(HashSet::new()),
+            links: Arc::new(LinkState::default()),
+            io: OnceLock::new(),
         });
         for (peer, url) in peers {
-            if *peer == id {
-                continue;
-            }
-            let (tx, rx) = mpsc::channel(PEER_QUEUE_CAPACITY);
-            let queue = PeerQueue {
-                tx,
-                url: url.clone(),
-                snapshot_in_flight: Arc::new(AtomicBool::new(false)),
-            };
-            transport.peers.write().insert(*peer, queue);
-            let link = Link {
-                from: id,
-                to: *peer,
-                cluster_id,
-                observer: observer.clone(),
-                probes: runtime.clone(),
-                tls: tls_for(tls.as_ref(), url),
-            };
-            transport.senders.lock().push((link, url.clone(), rx));
+            transport.add_peer(*peer, url);
         }
         transport
+    }
+
+    /// Starts sending to a member (added to the cluster, or its peer URL
+    /// changed: its old link is replaced).
+    pub fn add_peer(&self, peer: u64, url: &str) {
+        if peer == self.id {
+            return;
+        }
+        if self
+            .peers
+            .read()
+            .get(&peer)
+            .is_some_and(|known| known.url == url)
+        {
+            return;
+        }
+        let (tx, rx) = mpsc::channel(PEER_QUEUE_CAPACITY);
+        let queue = PeerQueue {
+            tx,
+            url: url.to_string(),
+            snapshot_in_flight: Arc::new(AtomicBool::new(false)),
+        };
+        // the old queue's sender, if any, stops once its queue is closed
+        self.peers.write().insert(peer, queue);
+        self.removed.write().remove(&peer);
+        let link = Link {
+            from: self.id,
+            to: peer,
+            cluster_id: self.cluster_id,
+            observer: self.observer.clone(),
+            probes: self.runtime.clone(),
+            tls: tls_for(self.tls.as_ref(), url),
+            state: self.links.clone(),
+        };
+        // under the senders' lock: `start` sets `io` and drains under it
+        let mut senders = self.senders.lock();
+        match self.io.get() {
+            Some(io) => {
+                io.spawn(run_peer(link, url.to_string(), rx));
+            }
+            None => senders.push((link, url.to_string(), rx)),
+        }
+    }
+
+    /// Stops talking to a member removed from the cluster: its link is
+    /// closed and its future links and requests are refused.
+    pub fn remove_peer(&self, peer: u64) {
+        if peer == self.id {
+            return;
+        }
+        self.peers.write().remove(&peer);
+        self.removed.write().insert(peer);
+        self.links.active_since.lock().remove(&peer);
+        if let Some((_, close)) = self.inbound.lock().remove(&peer) {
+            close.notify_one();
+        }
+    }
+
+    /// Since when this member's raft link to `peer` has been up (None:
+    /// not connected). etcd's ActiveSince, for its "unhealthy cluster"
+    /// check before a membership change.
+    pub fn active_since(&self, peer: u64) -> Option<std::time::Instant> {
+        self.links.active_since.lock().get(&peer).copied()
+    }
+
+    /// Becomes true when a peer refuses this member's raft link because
+    /// it was removed from the cluster (etcd's errMemberRemoved).
+    pub fn removed_notice(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.links.removed.subscribe()
+    }
+
+    pub(crate) fn is_removed(&self, id: u64) -> bool {
+        self.removed.read().contains(&id)
     }
 
     /// Enables sending snapshots: done once raft has started (the transport
@@ -219,7 +295,9 @@ impl PeerTransport {
 
 impl Transport for PeerTransport {
     fn start(&self, io: &tokio::runtime::Handle) {
-        for (link, url, rx) in self.senders.lock().drain(..) {
+        let mut senders = self.senders.lock();
+        let _ = self.io.set(io.clone());
+        for (link, url, rx) in senders.drain(..) {
             io.spawn(run_peer(link, url, rx));
         }
     }

@@ -392,6 +392,64 @@ impl StateMachine {
         }
     }
 
+    /// Applies the committed conf change at `index` to the member list
+    /// (raft's configuration took it already), recording it in the same
+    /// transaction as the index. Ok(None) for an entry applied before;
+    /// Ok(Some(members)) the list after it, for its proposer.
+    pub(crate) fn apply_conf_change(
+        &self,
+        index: u64,
+        cc: &raft::eraftpb::ConfChange,
+    ) -> Result<Option<Vec<crate::membership::Member>>, String> {
+        use crate::membership::ConfOutcome;
+        use raft::eraftpb::ConfChangeType;
+        if index <= self.store.consistent_index() {
+            return Ok(None);
+        }
+        let mut w = self.store.write(index);
+        let id = cc.node_id;
+        let proposed = (!cc.context.is_empty())
+            .then(|| schema::members::decode(&cc.context))
+            .flatten();
+        let outcome = match cc.get_change_type() {
+            ConfChangeType::AddNode => self.members.apply_add(id, false, proposed),
+            ConfChangeType::AddLearnerNode => self.members.apply_add(id, true, proposed),
+            ConfChangeType::RemoveNode => self.members.apply_remove(id),
+        };
+        let hex = format!("{id:x}");
+        match &outcome {
+            ConfOutcome::Added(m) | ConfOutcome::Updated(m) | ConfOutcome::Promoted(m) => {
+                w.put_side(SideTable::Members, id, Some(schema::members::encode(m)));
+                let urls = format!("[{}]", m.peer_urls.join(" "));
+                match outcome {
+                    ConfOutcome::Added(_) if m.is_learner => tracing::info!("added-peer-id" = %hex,
+                        "added-peer-peer-urls" = %urls, "added-peer-is-learner" = true, "added member"),
+                    ConfOutcome::Added(_) => tracing::info!("added-peer-id" = %hex,
+                        "added-peer-peer-urls" = %urls, "added-peer-is-learner" = false, "added member"),
+                    ConfOutcome::Promoted(_) => {
+                        tracing::info!("promoted-member-id" = %hex, "promote member")
+                    }
+                    _ => tracing::info!("updated-remote-peer-id" = %hex,
+                        "updated-remote-peer-peer-urls" = %urls, "updated member"),
+                }
+            }
+            ConfOutcome::Removed(_) => {
+                w.put_side(SideTable::Members, id, None);
+                w.put_side(
+                    SideTable::MembersRemoved,
+                    id,
+                    Some(schema::members::REMOVED_RECORD.to_vec()),
+                );
+                tracing::info!("removed-member-id" = %hex, "removed member");
+            }
+            ConfOutcome::Ignored => {
+                tracing::warn!("member-id" = %hex, "a conf change names a removed member: ignored")
+            }
+        }
+        w.end();
+        Ok(Some(self.members.list()))
+    }
+
     /// Rebuilds what lives beside the store (leases, alarms, members) from
     /// it: at start and after a snapshot replaced the store.
     pub(crate) fn recover(&self) -> Result<(), mvcc::MvccError> {
@@ -399,11 +457,13 @@ impl StateMachine {
         crate::bootstrap::recover_lessor(&self.lessor, &self.store)?;
         self.auth.recover(&self.store)?;
         let members = self.store.members()?;
+        let removed = self.store.side_records(SideTable::MembersRemoved)?;
         self.members.replace(
             members
                 .values()
                 .filter_map(|b| schema::members::decode(b))
                 .collect(),
+            removed.into_keys().collect(),
         );
         Ok(())
     }

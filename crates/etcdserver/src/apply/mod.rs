@@ -46,10 +46,14 @@ pub(crate) const INLINE_APPLY_MAX_ENTRIES: usize = 16;
 
 pub type ApplyOutcome = Result<ApplyResponse, EtcdError>;
 
+/// What a conf change's proposer learns once it applied: the members then.
+pub type ConfChangeOutcome = Vec<crate::membership::Member>;
+
 struct Applier {
     pub(crate) machine: StateMachine,
     pub(crate) raft: RaftHandle,
     pub(crate) wait: Arc<Wait<ApplyOutcome>>,
+    pub(crate) conf_wait: Arc<Wait<ConfChangeOutcome>>,
     pub(crate) applied: watch::Sender<u64>,
     pub(crate) snapshot_count: u64,
     /// Consistent index of the last raft snapshot asked for.
@@ -67,6 +71,7 @@ struct Applier {
 pub struct ApplyLoop {
     pub thread: std::thread::JoinHandle<()>,
     pub wait: Arc<Wait<ApplyOutcome>>,
+    pub conf_wait: Arc<Wait<ConfChangeOutcome>>,
     pub applied: watch::Receiver<u64>,
 }
 
@@ -80,12 +85,14 @@ pub fn start(
     committed: mpsc::Receiver<CommittedBatch>,
 ) -> std::io::Result<ApplyLoop> {
     let wait = Arc::new(Wait::default());
+    let conf_wait = Arc::new(Wait::default());
     let (applied_tx, applied) = watch::channel(machine.store.consistent_index());
     let last_snapshot = machine.store.consistent_index().into();
     let applier = Arc::new(Applier {
         machine,
         raft: raft.clone(),
         wait: wait.clone(),
+        conf_wait: conf_wait.clone(),
         applied: applied_tx,
         snapshot_count: snapshot_count.max(1),
         last_snapshot,
@@ -108,6 +115,7 @@ pub fn start(
     Ok(ApplyLoop {
         thread,
         wait,
+        conf_wait,
         applied,
     })
 }
@@ -160,6 +168,7 @@ impl Applier {
             .store(true, std::sync::atomic::Ordering::Release);
         self.fatal.raise(cause);
         self.wait.close();
+        self.conf_wait.close();
         Halted
     }
 
@@ -323,7 +332,42 @@ impl Applier {
         Ok(())
     }
 
+    /// A membership change raft's configuration took: the member list
+    /// follows, and its proposer learns the members after it.
+    fn apply_conf_change_entry(&self, entry: &Entry) -> Result<(), Halted> {
+        use protobuf::Message as _;
+        let cc = match raft::eraftpb::ConfChange::parse_from_bytes(&entry.data) {
+            Ok(cc) => cc,
+            Err(e) => {
+                return Err(self.halt(format!(
+                    "cannot decode the committed conf change at index {} (term {}): {e}",
+                    entry.index, entry.term
+                )))
+            }
+        };
+        match self.machine.apply_conf_change(entry.index, &cc) {
+            Ok(Some(members)) => {
+                self.wait_conf_trigger(cc.id, members);
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(cause) => Err(self.halt(format!(
+                "cannot apply the committed conf change at index {} (term {}): {cause}",
+                entry.index, entry.term
+            ))),
+        }
+    }
+
+    fn wait_conf_trigger(&self, id: u64, members: ConfChangeOutcome) {
+        if id != 0 {
+            self.conf_wait.trigger(id, members);
+        }
+    }
+
     fn apply_entry(&self, entry: &Entry) -> Result<(), Halted> {
+        if entry.get_entry_type() == EntryType::EntryConfChange {
+            return self.apply_conf_change_entry(entry);
+        }
         let request = if entry.get_entry_type() != EntryType::EntryNormal || entry.data.is_empty() {
             None
         } else {

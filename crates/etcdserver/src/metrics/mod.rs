@@ -39,6 +39,10 @@ pub struct Metrics {
     pub health_failures: IntCounter,
     /// etcd_debugging_auth_revision (set by the auth store).
     pub auth_revision: IntGauge,
+    /// etcd_server_learner_promote_successes (etcd's name has no `_total`).
+    pub learner_promote_successes: IntCounter,
+    /// etcd_server_learner_promote_failures{Reason}: the error's text.
+    pub learner_promote_failures: prometheus::IntCounterVec,
     pub grpc: grpc::GrpcMetrics,
     pub network: std::sync::Arc<network::NetworkMetrics>,
     pub ops: ops::OpsMetrics,
@@ -155,6 +159,24 @@ impl Metrics {
                 "etcd_server_is_learner",
                 "Whether or not this member is a learner. 1 if is, 0 otherwise.",
             ),
+            learner_promote_successes: counter(
+                r,
+                "etcd_server_learner_promote_successes",
+                "The total number of successful learner promotions while this member is leader.",
+            ),
+            learner_promote_failures: {
+                let vec = prometheus::IntCounterVec::new(
+                    prometheus::Opts::new(
+                        "etcd_server_learner_promote_failures",
+                        "The total number of failed learner promotions (likely learner not ready) while this member is leader.",
+                    ),
+                    &["Reason"],
+                )
+                .expect("valid metric");
+                r.register(Box::new(vec.clone()))
+                    .expect("metric registered once");
+                vec
+            },
             leader_changes: counter(
                 r,
                 "etcd_server_leader_changes_seen_total",
@@ -257,7 +279,7 @@ impl Metrics {
         let status = server.raft.status();
         self.has_leader.set(i64::from(status.leader != 0));
         self.is_leader.set(i64::from(status.is_leader));
-        self.is_learner.set(0);
+        self.is_learner.set(i64::from(server.is_learner()));
         let seen = self.leader_changes.get();
         if status.leader_changes > seen {
             self.leader_changes.inc_by(status.leader_changes - seen);

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::{Client, ConnectOptions, GetOptions};
 use testkit::Cluster;
 
 /// Elections here: 100 ms heartbeats, 1 s election timeout (etcd's defaults).
@@ -80,4 +80,32 @@ pub fn etcdctl(endpoints: &str, args: &[&str], stdin: Option<&[u8]>) -> (bool, S
             .map(|l| format!("{l}\n"))
             .collect::<String>();
     (out.status.success(), text)
+}
+
+/// Waits until every running member has the same revision and HashKV.
+pub async fn hashes_converge(cluster: &Cluster) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut hashes = Vec::new();
+        for endpoint in cluster.endpoints() {
+            let mut c = client(&[endpoint]).await;
+            let rev = c
+                .get(
+                    "",
+                    Some(GetOptions::new().with_all_keys().with_serializable()),
+                )
+                .await
+                .unwrap();
+            let r = c.hash_kv(0).await.unwrap();
+            hashes.push((rev.header().unwrap().revision(), r.hash()));
+        }
+        if hashes.iter().all(|h| *h == hashes[0]) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "members do not converge: {hashes:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -287,6 +287,11 @@ impl EtcdServer {
             }
             Change::Remove(id) => {
                 let member = self.existing(id)?;
+                if id == self.member.id && self.hand_over_leadership().await {
+                    // the new leader removes this member (route() sends
+                    // the change there)
+                    return Err(rpctypes::NOT_LEADER);
+                }
                 let mut cc = conf_change(ConfChangeType::RemoveNode, &member);
                 cc.context = Vec::new().into();
                 cc
@@ -330,6 +335,41 @@ impl EtcdServer {
             }
         };
         self.configure(cc).await
+    }
+
+    /// Before the leader removes itself, it hands leadership to the voter
+    /// whose log is furthest along, so that writes pause for a transfer
+    /// rather than an election timeout (etcd 3.5 removes its leader as is:
+    /// it stops and the others elect one after an election timeout). True
+    /// once another member leads; false (the leader removes itself, as
+    /// etcd does) when no voter is there to take over in time.
+    async fn hand_over_leadership(&self) -> bool {
+        let Ok(Some(progress)) = self.raft.progress().await else {
+            return false;
+        };
+        let Some(target) = progress
+            .iter()
+            .filter(|p| p.id != self.member.id && !p.is_learner && p.recent_active)
+            .max_by_key(|p| p.matched)
+            .map(|p| p.id)
+        else {
+            return false;
+        };
+        tracing::info!("local-member-id" = %format!("{:x}", self.member.id),
+            "transferee" = %format!("{target:x}"),
+            "transferring leadership before removing the local member");
+        if self.raft.transfer_leader(target).await.is_err() {
+            return false;
+        }
+        let deadline = tokio::time::Instant::now() + self.cfg.election_timeout * 2;
+        while tokio::time::Instant::now() < deadline {
+            let status = self.raft.status();
+            if !status.is_leader && status.leader != 0 {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
     }
 
     /// A member of the cluster (a removed or unknown ID is "member not

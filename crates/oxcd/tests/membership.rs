@@ -149,31 +149,49 @@ async fn members_of(endpoint: &str) -> Vec<(u64, String, bool)> {
 /// Waits until every running member lists `want` members, all started
 /// (named) and the same on each.
 async fn members_agree(cluster: &Cluster, want: usize) -> Vec<(u64, String, bool)> {
+    lists_agree(cluster, |list| {
+        list.len() == want && list.iter().all(|m| !m.1.is_empty())
+    })
+    .await
+}
+
+/// Waits until every running member lists the same members, and the list
+/// passes `good`.
+async fn lists_agree(
+    cluster: &Cluster,
+    good: impl Fn(&[(u64, String, bool)]) -> bool,
+) -> Vec<(u64, String, bool)> {
     let deadline = Instant::now() + CHANGE_DEADLINE;
     loop {
         let mut lists = Vec::new();
+        // a learner does not list members (etcd refuses MemberList there)
+        let mut learners = 0;
         for endpoint in cluster.endpoints() {
             let mut c = client(&[endpoint]).await;
-            if let Ok(list) = c.member_list().await {
-                lists.push(
+            match c.member_list().await {
+                Ok(list) => lists.push(
                     list.members()
                         .iter()
                         .map(|m| (m.id(), m.name().to_string(), m.is_learner()))
                         .collect::<Vec<_>>(),
-                );
+                ),
+                Err(etcd_client::Error::GRpcStatus(s))
+                    if s.message() == "etcdserver: rpc not supported for learner" =>
+                {
+                    learners += 1
+                }
+                Err(_) => {}
             }
         }
-        let agreed = lists.len() == cluster.endpoints().len()
+        let agreed = !lists.is_empty()
+            && lists.len() + learners == cluster.endpoints().len()
             && lists.iter().all(|l| *l == lists[0])
-            && lists[0].len() == want
-            && lists[0].iter().all(|m| !m.1.is_empty());
+            && lists[0].iter().filter(|m| m.2).count() >= learners
+            && good(&lists[0]);
         if agreed {
             return lists.swap_remove(0);
         }
-        assert!(
-            Instant::now() < deadline,
-            "members do not agree on {want} started members: {lists:?}"
-        );
+        assert!(Instant::now() < deadline, "members do not agree: {lists:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -188,7 +206,7 @@ async fn id_of(cluster: &Cluster, i: usize) -> u64 {
 /// recording what was acknowledged.
 struct Writer {
     stop: Arc<AtomicBool>,
-    acked: Arc<Mutex<Vec<String>>>,
+    acked: Arc<Mutex<Vec<(String, Instant)>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -215,7 +233,7 @@ impl Writer {
                 )
                 .await;
                 match put {
-                    Ok(Ok(_)) => a.lock().unwrap().push(key),
+                    Ok(Ok(_)) => a.lock().unwrap().push((key, Instant::now())),
                     _ => {
                         c = None;
                         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -229,10 +247,38 @@ impl Writer {
 
     /// Stops and returns the acknowledged keys.
     async fn finish(self) -> Vec<String> {
+        self.finish_timed()
+            .await
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect()
+    }
+
+    /// Stops and returns the acknowledged keys with when each was acked.
+    async fn finish_timed(self) -> Vec<(String, Instant)> {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.task.await;
         let acked = self.acked.lock().unwrap().clone();
         acked
+    }
+}
+
+/// A put, retried while the cluster elects a leader (the member killed
+/// just before may have led).
+async fn put_retrying(c: &mut Client, key: String, value: Vec<u8>) {
+    let deadline = Instant::now() + CHANGE_DEADLINE;
+    loop {
+        match c.put(key.clone(), value.clone(), None).await {
+            Ok(_) => return,
+            Err(e) => {
+                let (code, message) = status_of(e);
+                assert!(
+                    code == Code::Unavailable && Instant::now() < deadline,
+                    "put {key}: {message}"
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -316,9 +362,7 @@ async fn a_dead_member_is_replaced_and_the_new_one_catches_up_by_snapshot() {
     cluster.kill9(dead);
     let mut c = client(&cluster.endpoints()).await;
     for n in 0..1000 {
-        c.put(format!("k/{n:05}"), vec![b'x'; 100], None)
-            .await
-            .unwrap();
+        put_retrying(&mut c, format!("k/{n:05}"), vec![b'x'; 100]).await;
     }
     let started = Instant::now();
     remove_member(&cluster, dead_id, &cluster.endpoints()).await;
@@ -354,6 +398,8 @@ async fn a_learner_serves_only_what_etcds_learners_serve_and_is_promoted_once_in
     for n in 0..200 {
         c.put(format!("k/{n}"), "v", None).await.unwrap();
     }
+    // added, caught up and promoted under a writer
+    let writer = Writer::start(cluster.endpoints());
     let i = cluster.reserve();
     let id = add_member(&cluster, &cluster.peer_url(i), true).await;
     // not started: its log is empty, far from the leader's
@@ -424,12 +470,32 @@ async fn a_learner_serves_only_what_etcds_learners_serve_and_is_promoted_once_in
             )
         );
     }
+    // the gateway answers as etcd's, which calls the gRPC services
+    let put =
+        testkit::http::post(&learner, "/v3/kv/put", r#"{"key":"eA==","value":"eQ=="}"#).unwrap();
+    assert_eq!(put.status, 503, "{}", put.body);
+    assert!(
+        put.body
+            .contains("etcdserver: rpc not supported for learner"),
+        "{}",
+        put.body
+    );
+    let range = testkit::http::post(
+        &learner,
+        "/v3/kv/range",
+        r#"{"key":"ay8x","serializable":true}"#,
+    )
+    .unwrap();
+    assert_eq!(range.status, 200, "{}", range.body);
     let metrics = testkit::http::get(&learner, "/metrics").unwrap().body;
     assert!(metrics.contains("etcd_server_is_learner 1"), "{metrics}");
     // in sync now: promoted (through whichever member the client picks)
     promote(&cluster, id).await;
     let list = members_agree(&cluster, 4).await;
     assert!(list.iter().all(|m| !m.2), "no learner left: {list:?}");
+    let acked = writer.finish().await;
+    assert!(!acked.is_empty());
+    nothing_lost(&cluster, &acked).await;
     let lead = leader(&cluster).await;
     let metrics = testkit::http::get(&cluster.endpoint(lead), "/metrics")
         .unwrap()
@@ -478,7 +544,18 @@ async fn removing_the_leader_under_a_writer_elects_another_and_loses_nothing() {
         removed_at.elapsed()
     );
     assert!(removed_at.elapsed() < ELECTION_DEADLINE);
-    let acked = writer.finish().await;
+    let acked = writer.finish_timed().await;
+    // the longest the writer waited for an acknowledgement around the
+    // removal: the leader hands over before it goes, so writes pause for
+    // a transfer, not an election timeout
+    let pause = acked
+        .windows(2)
+        .map(|w| w[1].1.duration_since(w[0].1))
+        .max()
+        .unwrap_or_default();
+    eprintln!("longest write pause while removing the leader: {pause:?}");
+    assert!(pause < ELECTION_DEADLINE, "{pause:?}");
+    let acked: Vec<String> = acked.into_iter().map(|(k, _)| k).collect();
     nothing_lost(&cluster, &acked).await;
     members_agree(&cluster, 2).await;
 }
@@ -728,5 +805,105 @@ async fn force_new_cluster_rebuilds_a_cluster_from_one_survivor() {
         cluster.join(i);
     }
     members_agree(&cluster, 3).await;
+    hashes_converge(&cluster).await;
+}
+
+/// A membership change through any member, tolerating every failure (a
+/// member it went through may be killed meanwhile).
+async fn try_change(endpoints: Vec<String>, change: &'static str, arg: u64, url: String) {
+    let Ok(mut c) = Client::connect(&endpoints, None).await else {
+        return;
+    };
+    let call = async {
+        match change {
+            "add-learner" => c
+                .member_add(
+                    [url.as_str()],
+                    Some(MemberAddOptions::new().with_is_learner()),
+                )
+                .await
+                .map(|_| ()),
+            "promote" => c.member_promote(arg).await.map(|_| ()),
+            _ => c.member_remove(arg).await.map(|_| ()),
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(10), call).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_during_membership_changes_leaves_every_member_with_one_configuration() {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64;
+    eprintln!("seed {seed}");
+    let mut rng = seed;
+    let mut next = move |n: u64| {
+        // xorshift: enough to spread kill points and victims
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    let mut cluster = Cluster::start(3, &[]);
+    let mut c = client(&cluster.endpoints()).await;
+    // past the strict reconfig check's 5 s of connectivity
+    add_member(&cluster, "http://127.0.0.1:1", true).await;
+    let first = lists_agree(&cluster, |l| l.len() == 4).await;
+    let mut learner = first.iter().find(|m| m.2).map(|m| m.0);
+    for round in 0..6u64 {
+        let (change, arg) = match learner {
+            Some(id) => ("remove", id),
+            None => ("add-learner", 0),
+        };
+        let url = format!("http://127.0.0.1:{}", 10 + round);
+        let task = tokio::spawn(try_change(cluster.endpoints(), change, arg, url));
+        tokio::time::sleep(Duration::from_millis(next(300))).await;
+        let victim = next(3) as usize;
+        cluster.kill9(victim);
+        let _ = task.await;
+        cluster.restart(victim);
+        // one configuration on every member, whatever the change became
+        let list = lists_agree(&cluster, |l| {
+            l.iter().filter(|m| !m.2).count() == 3 && l.iter().filter(|m| m.2).count() <= 1
+        })
+        .await;
+        learner = list.iter().find(|m| m.2).map(|m| m.0);
+        // and it still commits writes
+        let deadline = Instant::now() + CHANGE_DEADLINE;
+        while c.put(format!("round/{round}"), "v", None).await.is_err() {
+            assert!(Instant::now() < deadline, "round {round}: no write commits");
+            c = client(&cluster.endpoints()).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // a removed ID never comes back
+        if change == "remove" && learner.is_none() {
+            let (code, _) = status_of(c.member_remove(arg).await.unwrap_err());
+            assert_eq!(code, Code::NotFound);
+        }
+    }
+    // a new member still joins, and is promoted under a kill of another
+    let i = cluster.reserve();
+    if let Some(id) = learner {
+        remove_member(&cluster, id, &cluster.endpoints()).await;
+    }
+    let id = add_member(&cluster, &cluster.peer_url(i), true).await;
+    cluster.join(i);
+    let task = tokio::spawn(try_change(
+        cluster.endpoints(),
+        "promote",
+        id,
+        String::new(),
+    ));
+    tokio::time::sleep(Duration::from_millis(next(300))).await;
+    let victim = next(3) as usize;
+    cluster.kill9(victim);
+    let _ = task.await;
+    cluster.restart(victim);
+    let list = lists_agree(&cluster, |l| l.len() == 4).await;
+    if list.iter().any(|m| m.0 == id && m.2) {
+        promote(&cluster, id).await;
+    }
+    members_agree(&cluster, 4).await;
     hashes_converge(&cluster).await;
 }

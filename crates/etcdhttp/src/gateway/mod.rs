@@ -391,6 +391,17 @@ pub(crate) async fn serve_route(
     }
 }
 
+/// The routes a learner serves: what etcd's learners serve over gRPC,
+/// which etcd's gateway calls (the KV service refuses a linearizable
+/// range on a learner).
+const LEARNER_ROUTES: &[&str] = &["kv/range", "maintenance/status", "maintenance/snapshot"];
+
+/// etcd's answer on a learner to what it does not serve.
+fn refused_on_learner(gateway: &Gateway, path: &str) -> Option<http::Response<Body>> {
+    (gateway.server.is_learner() && !LEARNER_ROUTES.contains(&path))
+        .then(|| error_response(&api::rpctypes::NOT_SUPPORTED_FOR_LEARNER.status()))
+}
+
 /// The gateway's routes, to merge into the client listener's router.
 pub(crate) fn router(gateway: Arc<Gateway>) -> axum::Router {
     let mut router = axum::Router::new();
@@ -401,7 +412,13 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> axum::Router {
             router = router.route(
                 &format!("{prefix}{path}"),
                 axum::routing::any(move |request: http::Request<Body>| {
-                    serve_route(gateway.clone(), route, request)
+                    let gateway = gateway.clone();
+                    async move {
+                        if let Some(refused) = refused_on_learner(&gateway, path) {
+                            return refused;
+                        }
+                        serve_route(gateway, route, request).await
+                    }
                 }),
             );
         }
@@ -409,14 +426,26 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> axum::Router {
         router = router.route(
             &format!("{prefix}watch"),
             axum::routing::any(move |request: http::Request<Body>| {
-                serve_bidi(watch.clone(), request, open_watch)
+                let watch = watch.clone();
+                async move {
+                    if let Some(refused) = refused_on_learner(&watch, "watch") {
+                        return refused;
+                    }
+                    serve_bidi(watch, request, open_watch).await
+                }
             }),
         );
         let keep_alive = gateway.clone();
         router = router.route(
             &format!("{prefix}lease/keepalive"),
             axum::routing::any(move |request: http::Request<Body>| {
-                serve_bidi(keep_alive.clone(), request, open_keep_alive)
+                let keep_alive = keep_alive.clone();
+                async move {
+                    if let Some(refused) = refused_on_learner(&keep_alive, "lease/keepalive") {
+                        return refused;
+                    }
+                    serve_bidi(keep_alive, request, open_keep_alive).await
+                }
             }),
         );
     }

@@ -321,3 +321,61 @@ fn require_leader_watch_on_an_isolated_member_is_canceled_with_no_leader() {
     assert!(after < Duration::from_secs(10), "canceled after {after:?}");
     cluster.heal(follower);
 }
+
+#[test]
+fn a_member_removed_while_partitioned_is_refused_when_the_partition_heals() {
+    let mut cluster = NetnsCluster::start(3, &[]);
+    let all = cluster.endpoints();
+    let eps = all.clone();
+    let lead = cluster.in_client_ns(move || runtime().block_on(leader(&eps)));
+    let victim = (lead + 1) % 3;
+    let victim_endpoint = cluster.endpoint(victim);
+    let victim_id = cluster.in_client_ns(move || {
+        runtime().block_on(async move {
+            let mut c = Client::connect([victim_endpoint], None).await.unwrap();
+            c.status().await.unwrap().header().unwrap().member_id()
+        })
+    });
+    cluster.isolate(victim);
+    let majority: Vec<String> = (0..3)
+        .filter(|i| *i != victim)
+        .map(|i| cluster.endpoint(i))
+        .collect();
+    cluster.in_client_ns(move || {
+        runtime().block_on(async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let mut c = Client::connect(&majority, None).await.unwrap();
+                match c.member_remove(victim_id).await {
+                    Ok(resp) => {
+                        assert_eq!(resp.members().len(), 2);
+                        break;
+                    }
+                    // the strict reconfig check may wait for the links
+                    Err(e) => assert!(Instant::now() < deadline, "member remove: {}", message(e)),
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let mut c = Client::connect(&majority, None).await.unwrap();
+            c.put("after-removal", "1", None).await.unwrap();
+        })
+    });
+    cluster.heal(victim);
+    let p = cluster.members[victim].as_mut().unwrap();
+    let status = p.wait_exit(Duration::from_secs(30));
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "the removed member stops with status 0 once a peer refuses it:\n{}",
+        p.log_text()
+    );
+    assert!(p
+        .log_text()
+        .contains("the member has been permanently removed from the cluster"));
+    cluster.members[victim] = None;
+    let refused = cluster.members.iter().flatten().any(|p| {
+        p.log_text()
+            .contains("rejected stream from remote peer because it was removed")
+    });
+    assert!(refused, "a peer logs etcd's refusal of the removed member");
+}

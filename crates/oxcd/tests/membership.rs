@@ -907,3 +907,42 @@ async fn kill9_during_membership_changes_leaves_every_member_with_one_configurat
     members_agree(&cluster, 4).await;
     hashes_converge(&cluster).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_member_checks_its_initial_cluster_against_the_running_one() {
+    let mut cluster = Cluster::start(1, &[]);
+    let i = cluster.reserve();
+    add_member(&cluster, &cluster.peer_url(i), true).await;
+    let me = format!("{}={}", cluster.names[i], cluster.peer_url(i));
+    let running = format!("{}={}", cluster.names[0], cluster.peer_url(0));
+    // a member the running cluster does not have
+    let extra = format!("{running},{me},m9=http://127.0.0.1:9");
+    let p = cluster.spawn_joining(i, &extra);
+    let status = p.wait_exit(Duration::from_secs(20));
+    assert_ne!(status.and_then(|s| s.code()), Some(0));
+    assert!(
+        p.log_text().contains("member count is unequal"),
+        "{}",
+        p.log_text()
+    );
+    cluster.members[i] = None;
+    // a peer URL the running cluster does not have
+    let wrong = format!("{running},{}=http://127.0.0.1:9", cluster.names[i]);
+    let spec = wrong.replace(
+        "http://127.0.0.1:9",
+        &cluster.peer_url(i).replace("2380", "2381"),
+    );
+    let p = cluster.spawn_joining(i, &spec);
+    let status = p.wait_exit(Duration::from_secs(20));
+    assert_ne!(status.and_then(|s| s.code()), Some(0));
+    assert!(
+        p.log_text().contains("no match found for existing member"),
+        "{}",
+        p.log_text()
+    );
+    cluster.members[i] = None;
+    // nothing was written: with the right flags it joins on the same dir
+    cluster.join(i);
+    let list = lists_agree(&cluster, |l| l.len() == 2).await;
+    assert!(list.iter().any(|m| m.1 == cluster.names[i] && m.2));
+}

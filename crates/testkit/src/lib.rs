@@ -443,6 +443,14 @@ impl Cluster {
         self.wait_ready(i);
     }
 
+    /// Starts member `i` joining a running cluster with `spec` as its
+    /// `--initial-cluster`, without waiting (it may be expected to fail).
+    pub fn spawn_joining(&mut self, i: usize, spec: &str) -> &mut Process {
+        self.joined[i] = Some(spec.to_string());
+        let p = self.spawn(i);
+        self.members[i].insert(p)
+    }
+
     /// `name=peer-url` of every running member and of member `i`.
     fn membership_spec(&self, i: usize) -> String {
         (0..self.members.len())

@@ -85,15 +85,12 @@ impl EtcdServer {
         if self.cfg.strict_reconfig_check {
             self.may_add_member(req.is_learner)?;
         }
-        let mut resp = self
-            .route(
-                req,
-                |r| self.member_add_as_leader(r),
-                |mut c, r| async move { c.add(r).await },
-            )
-            .await?;
-        resp.header = Some(self.header(0));
-        Ok(resp)
+        self.route(
+            req,
+            |r| self.member_add_as_leader(r),
+            |mut c, r| async move { c.add(r).await },
+        )
+        .await
     }
 
     pub async fn member_remove(
@@ -103,51 +100,62 @@ impl EtcdServer {
         if self.cfg.strict_reconfig_check {
             self.may_remove_member(req.id)?;
         }
-        let mut resp = self
-            .route(
-                req,
-                |r| self.member_remove_as_leader(r),
-                |mut c, r| async move { c.remove(r).await },
-            )
-            .await?;
-        resp.header = Some(self.header(0));
-        Ok(resp)
+        self.route(
+            req,
+            |r| self.member_remove_as_leader(r),
+            |mut c, r| async move { c.remove(r).await },
+        )
+        .await
     }
 
     pub async fn member_update(
         &self,
         req: MemberUpdateRequest,
     ) -> Result<MemberUpdateResponse, EtcdError> {
-        let mut resp = self
-            .route(
-                req,
-                |r| self.member_update_as_leader(r),
-                |mut c, r| async move { c.update(r).await },
-            )
-            .await?;
-        resp.header = Some(self.header(0));
-        Ok(resp)
+        self.route(
+            req,
+            |r| self.member_update_as_leader(r),
+            |mut c, r| async move { c.update(r).await },
+        )
+        .await
     }
 
     pub async fn member_promote(
         &self,
         req: MemberPromoteRequest,
     ) -> Result<MemberPromoteResponse, EtcdError> {
-        let mut resp = self
-            .route(
-                req,
-                |r| self.member_promote_as_leader(r),
-                |mut c, r| async move { c.promote(r).await },
-            )
-            .await?;
-        resp.header = Some(self.header(0));
-        Ok(resp)
+        self.route(
+            req,
+            |r| self.member_promote_as_leader(r),
+            |mut c, r| async move { c.promote(r).await },
+        )
+        .await
     }
 
     /// Carries a change out here when this member leads, else sends it to
     /// the leader over the peer port; retries while there is no leader or
-    /// leadership moves, until the request timeout.
+    /// leadership moves, until the request timeout. The response carries
+    /// this member's header (etcd's cluster server: no revision).
     async fn route<Req, Resp, L, LFut, R, RFut>(
+        &self,
+        req: Req,
+        local: L,
+        remote: R,
+    ) -> Result<Resp, EtcdError>
+    where
+        Resp: crate::auth::requests::HasHeader,
+        Req: Clone,
+        L: Fn(Req) -> LFut,
+        LFut: std::future::Future<Output = Result<Resp, EtcdError>>,
+        R: Fn(MembershipPeerClient<tonic::transport::Channel>, Req) -> RFut,
+        RFut: std::future::Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        let mut resp = self.route_once(req, local, remote).await?;
+        *resp.header_mut() = Some(self.header(0));
+        Ok(resp)
+    }
+
+    async fn route_once<Req, Resp, L, LFut, R, RFut>(
         &self,
         req: Req,
         local: L,

@@ -263,6 +263,27 @@ impl Writer {
     }
 }
 
+/// Waits until member `i` saw its raft link to `dead` break (its
+/// etcd_network_active_peers for it is 0).
+async fn link_seen_broken(cluster: &Cluster, i: usize, dead: u64) {
+    let gone = format!("Remote=\"{dead:x}\"}} 0");
+    let deadline = Instant::now() + CHANGE_DEADLINE;
+    while !testkit::http::get(&cluster.endpoint(i), "/metrics")
+        .map(|r| {
+            r.body
+                .lines()
+                .any(|l| l.starts_with("etcd_network_active_peers") && l.ends_with(&gone))
+        })
+        .unwrap_or(false)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "member {i} still counts the dead member active"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A put, retried while the cluster elects a leader (the member killed
 /// just before may have led).
 async fn put_retrying(c: &mut Client, key: String, value: Vec<u8>) {
@@ -672,23 +693,7 @@ async fn membership_errors_are_etcds() {
     let dead = id_of(&cluster, 2).await;
     cluster.kill9(2);
     let lead = leader(&cluster).await;
-    // once the leader saw its link to the dead member break
-    let gone = format!("Remote=\"{dead:x}\"}} 0");
-    let deadline = Instant::now() + CHANGE_DEADLINE;
-    while !testkit::http::get(&cluster.endpoint(lead), "/metrics")
-        .map(|r| {
-            r.body
-                .lines()
-                .any(|l| l.starts_with("etcd_network_active_peers") && l.ends_with(&gone))
-        })
-        .unwrap_or(false)
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the leader still counts the dead member active"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    link_seen_broken(&cluster, lead, dead).await;
     let mut l = client(&[cluster.endpoint(lead)]).await;
     expect(
         l.member_add(
@@ -732,23 +737,7 @@ async fn without_strict_reconfig_check_a_member_down_does_not_block_changes() {
     let dead = id_of(&cluster, 2).await;
     cluster.kill9(2);
     let lead = leader(&cluster).await;
-    // once the leader saw its link to the dead member break
-    let gone = format!("Remote=\"{dead:x}\"}} 0");
-    let deadline = Instant::now() + CHANGE_DEADLINE;
-    while !testkit::http::get(&cluster.endpoint(lead), "/metrics")
-        .map(|r| {
-            r.body
-                .lines()
-                .any(|l| l.starts_with("etcd_network_active_peers") && l.ends_with(&gone))
-        })
-        .unwrap_or(false)
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the leader still counts the dead member active"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    link_seen_broken(&cluster, lead, dead).await;
     let mut l = client(&[cluster.endpoint(lead)]).await;
     let resp = l
         .member_add(

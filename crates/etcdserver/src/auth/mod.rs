@@ -14,7 +14,7 @@
 
 mod jwt;
 pub mod perms;
-mod requests;
+pub(crate) mod requests;
 pub mod tokens;
 
 use std::collections::{BTreeMap, HashMap};

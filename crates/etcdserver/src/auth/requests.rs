@@ -192,4 +192,8 @@ has_header!(
     AuthRoleRevokePermissionResponse,
     AuthRoleDeleteResponse,
     AuthRoleListResponse,
+    MemberAddResponse,
+    MemberRemoveResponse,
+    MemberUpdateResponse,
+    MemberPromoteResponse,
 );

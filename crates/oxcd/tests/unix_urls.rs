@@ -344,8 +344,16 @@ fn a_stale_socket_file_is_replaced_at_start() {
     // A socket file whose listener is gone (a member killed with -9).
     drop(std::os::unix::net::UnixListener::bind(&socket).expect("bind"));
     assert!(socket.exists());
-    let refused = std::os::unix::net::UnixStream::connect(&socket);
-    assert!(refused.is_err(), "the stale socket still answers");
+    // A process that another test forks meanwhile holds the listener until
+    // it execs (close-on-exec): the socket goes stale once it has.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stale socket still answers"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let _member = Process::start_oxcd_on(
         &oxcd_bin(),
         &dir.path().join("data"),

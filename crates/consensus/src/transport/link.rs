@@ -78,6 +78,8 @@ pub(super) struct Link {
     /// which certificate to present.
     pub(super) tls: Option<Arc<rustls::ClientConfig>>,
     pub(super) state: Arc<super::LinkState>,
+    /// Notified when the peer opens a link to us: dial again now.
+    pub(super) redial: Arc<tokio::sync::Notify>,
 }
 
 /// A raft link's stream: TCP, or TLS over it.
@@ -126,8 +128,12 @@ pub(super) async fn run_peer(link: Link, url: String, mut queue: mpsc::Receiver<
                 if drop_stale(&link, &mut queue) {
                     return; // the peer was removed or its URL changed
                 }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {
+                        backoff = (backoff * 2).min(BACKOFF_MAX);
+                    }
+                    _ = link.redial.notified() => backoff = BACKOFF_MIN,
+                }
                 continue;
             }
         };
@@ -685,6 +691,7 @@ mod tests {
             probes: tokio::runtime::Handle::current(),
             tls: Some(client),
             state: Default::default(),
+            redial: Default::default(),
         };
         let error = match connect_raft(&addr, &link).await {
             Err(e) => e,

@@ -95,6 +95,10 @@ struct PeerQueue {
     tx: mpsc::Sender<Vec<u8>>,
     url: String,
     snapshot_in_flight: Arc<AtomicBool>,
+    /// Wakes the peer's sender out of its back-off: the peer just opened a
+    /// link to us, so it is up (a member added before it started would
+    /// otherwise wait up to a full back-off before hearing from us).
+    redial: Arc<tokio::sync::Notify>,
 }
 
 /// A peer's link, URL and message queue, before the raft thread starts.
@@ -190,10 +194,12 @@ impl PeerTransport {
             return;
         }
         let (tx, rx) = mpsc::channel(PEER_QUEUE_CAPACITY);
+        let redial = Arc::new(tokio::sync::Notify::new());
         let queue = PeerQueue {
             tx,
             url: url.to_string(),
             snapshot_in_flight: Arc::new(AtomicBool::new(false)),
+            redial: redial.clone(),
         };
         // the old queue's sender, if any, stops once its queue is closed
         self.peers.write().insert(peer, queue);
@@ -206,6 +212,7 @@ impl PeerTransport {
             probes: self.runtime.clone(),
             tls: tls_for(self.tls.as_ref(), url),
             state: self.links.clone(),
+            redial,
         };
         // under the senders' lock: `start` sets `io` and drains under it
         let mut senders = self.senders.lock();
@@ -273,6 +280,9 @@ impl PeerTransport {
 
     /// Records `from`'s new inbound link, closing the one it replaces.
     fn register_inbound(&self, from: u64) -> (u64, Arc<tokio::sync::Notify>) {
+        if let Some(peer) = self.peers.read().get(&from) {
+            peer.redial.notify_one();
+        }
         let link = self.next_link.fetch_add(1, Ordering::Relaxed);
         let close = Arc::new(tokio::sync::Notify::new());
         if let Some((_, old)) = self.inbound.lock().insert(from, (link, close.clone())) {

@@ -135,14 +135,22 @@ impl Peer for PeerService {
         receive.partial = Some(partial.clone());
         let mut received = 0u64;
         let mut last = first.last;
+        // written in large blocks: a write per 64 KiB chunk made receiving
+        // CPU-bound (each is a blocking-pool hop)
+        let mut pending = Vec::with_capacity(super::snapshot::FILE_IO_BYTES);
         while !last {
             let chunk = next_chunk(&mut stream)
                 .await?
                 .ok_or_else(|| Status::aborted("snapshot stream ended early"))?;
-            file.write_all(&chunk.data).await.map_err(io)?;
+            pending.extend_from_slice(&chunk.data);
+            if pending.len() >= super::snapshot::FILE_IO_BYTES {
+                file.write_all(&pending).await.map_err(io)?;
+                pending.clear();
+            }
             received += chunk.data.len() as u64;
             last = chunk.last;
         }
+        file.write_all(&pending).await.map_err(io)?;
         file.sync_all().await.map_err(io)?;
         drop(file);
         tokio::fs::rename(&partial, &path).await.map_err(io)?;

@@ -8,7 +8,6 @@ use api::oxcdpeerpb::peer_client::PeerClient;
 use api::oxcdpeerpb::SnapshotChunk;
 use protobuf::Message as _;
 use raft::eraftpb::{self};
-use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -81,12 +80,11 @@ impl SnapshotJob {
         msg: &eraftpb::Message,
         path: &std::path::Path,
     ) -> Result<u64, String> {
-        let mut file = tokio::fs::File::open(path)
-            .await
-            .map_err(|e| format!("open {}: {e}", path.display()))?;
+        let file =
+            std::fs::File::open(path).map_err(|e| format!("open {}: {e}", path.display()))?;
         let channel = super::channel(&self.url, CONNECT_TIMEOUT, self.tls.as_ref()).await?;
         let mut client = PeerClient::new(channel).max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
-        let (chunks, wire) = mpsc::channel::<SnapshotChunk>(4);
+        let (chunks, wire) = mpsc::channel::<SnapshotChunk>(SEND_QUEUE_CHUNKS);
         let call = tokio::spawn(async move { client.snapshot(ReceiverStream::new(wire)).await });
         let header = SnapshotChunk {
             cluster_id: self.cluster_id,
@@ -96,33 +94,69 @@ impl SnapshotJob {
             data: Default::default(),
             last: false,
         };
-        let mut sent = 0u64;
-        let mut pending = Some(header);
-        let mut buf = vec![0u8; SNAPSHOT_CHUNK_BYTES];
-        loop {
-            if let Some(chunk) = pending.take() {
-                if chunks.send(chunk).await.is_err() {
-                    break;
-                }
-            }
-            let n = file.read(&mut buf).await.map_err(|e| e.to_string())?;
-            sent += n as u64;
-            let chunk = SnapshotChunk {
-                data: buf[..n].to_vec().into(),
-                last: n == 0,
+        if chunks.send(header).await.is_err() {
+            return Err(answer_of(call.await));
+        }
+        // One blocking task reads the file in large blocks (a blocking-pool
+        // hop per 64 KiB chunk made sending CPU-bound), cut into chunks.
+        let read = tokio::task::spawn_blocking(move || read_chunks(file, &chunks));
+        let sent = read.await.map_err(|e| e.to_string())?;
+        match call.await {
+            Ok(Ok(_)) => sent,
+            answer => Err(sent.err().unwrap_or_else(|| answer_of(answer))),
+        }
+    }
+}
+
+/// Chunks queued for the wire while a snapshot is sent.
+const SEND_QUEUE_CHUNKS: usize = 16;
+/// Bytes read from a snapshot file, or written to a received one, at a time.
+pub(super) const FILE_IO_BYTES: usize = 1 << 20;
+
+type CallAnswer = Result<
+    Result<tonic::Response<api::oxcdpeerpb::StreamAck>, tonic::Status>,
+    tokio::task::JoinError,
+>;
+
+/// Why the receiver's call ended without success.
+fn answer_of(answer: CallAnswer) -> String {
+    match answer {
+        Ok(Ok(_)) => "the receiver ended the stream early".to_string(),
+        Ok(Err(status)) => status.message().to_string(),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Reads `file` to its end into chunks on `chunks`, the last one empty and
+/// marked; the bytes sent.
+fn read_chunks(
+    mut file: std::fs::File,
+    chunks: &mpsc::Sender<SnapshotChunk>,
+) -> Result<u64, String> {
+    use std::io::Read;
+    let mut buf = vec![0u8; FILE_IO_BYTES];
+    let mut sent = 0u64;
+    loop {
+        let n = file.read(&mut buf).map_err(|e| e.to_string())?;
+        if n == 0 {
+            let last = SnapshotChunk {
+                last: true,
                 ..Default::default()
             };
-            if n == 0 {
-                let _ = chunks.send(chunk).await;
-                break;
+            return chunks
+                .blocking_send(last)
+                .map(|_| sent)
+                .map_err(|_| "the receiver went away".to_string());
+        }
+        for piece in buf[..n].chunks(SNAPSHOT_CHUNK_BYTES) {
+            let chunk = SnapshotChunk {
+                data: piece.to_vec().into(),
+                ..Default::default()
+            };
+            if chunks.blocking_send(chunk).is_err() {
+                return Err("the receiver went away".to_string());
             }
-            pending = Some(chunk);
         }
-        drop(chunks);
-        match call.await {
-            Ok(Ok(_)) => Ok(sent),
-            Ok(Err(status)) => Err(status.message().to_string()),
-            Err(e) => Err(e.to_string()),
-        }
+        sent += n as u64;
     }
 }

@@ -24,6 +24,11 @@
 #      until its revision / applied index equal the leader's; then
 #      `member promote`, retried while the leader says the learner is not in
 #      sync, timed from the first attempt to success. Plus the learner's VmRSS.
+#   3) the leader removed under a 1-client writer through the two followers
+#      (3,000 puts): the slowest put is the write pause. oxcd hands
+#      leadership over before the leader goes; etcd 3.5 does not (its removed
+#      leader stops and the others elect one after an election timeout).
+#   SCENARIOS="remove_leader" (say) runs a subset, in the order given.
 #   After each catch-up (untimed) a serializable `get "" --prefix
 #   --count-only` on the new member must count the keys loaded.
 #
@@ -49,6 +54,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 rounds=1
 quick=0
 keys=100000
+# puts of the 1-client writer in scenario 3 (a few seconds' worth)
+pause_puts=3000
 learner_keys=""
 learner_members=1
 only="oxcd,etcd"
@@ -432,10 +439,54 @@ learner() {
   check_count "$dir" "$kind" "$nep" "$learner_keys" || return 1
 }
 
+# Scenario 3: the leader of a 3-member cluster removed under a 1-client
+# writer that goes through the two followers: the slowest put is the write
+# pause (oxcd hands leadership over first; etcd 3.5's removed leader stops
+# and the others elect one after an election timeout).
+remove_leader() {
+  local kind=$1 dir=$2
+  mkdir -p "$dir"
+  start_cluster "$kind" "$dir" 3 || return 1
+  local leader; leader=$(leader_index 3)
+  [ -n "$leader" ] || { fail "$dir" "$kind: no single leader among the 3 members"; return 1; }
+  local a=$(((leader + 1) % 3)) b=$(((leader + 2) % 3))
+  local lep; lep=$(client_ep "$leader")
+  local followers; followers="$(client_ep "$a"),$(client_ep "$b")"
+  local id; id=$(member_hex_id "$lep" "m$((leader + 1))")
+  [ -n "$id" ] || { fail "$dir" "$kind: no ID for the leader m$((leader + 1))"; return 1; }
+  # both refuse a member change until every link has been up for 5 s
+  # (--strict-reconfig-check: "unhealthy cluster")
+  sleep 6
+  local out=$dir/writer.json
+  timeout "$timeout" "$OXBENCH" --endpoints "$followers" --clients 1 --conns 1 --json put --key-size 8 \
+    --val-size 256 --total "$pause_puts" --sequential-keys --key-space-size "$pause_puts" >"$out" 2>>"$dir/oxbench.err" &
+  local writer=$!
+  sleep 1
+  local t0 t1 res
+  t0=$(now)
+  if ! res=$(ctl "$followers" member remove "$id" 2>&1); then
+    fail "$dir" "$kind: member remove of the leader $id: $res"; kill "$writer" 2>/dev/null; return 1
+  fi
+  t1=$(now)
+  if ! wait "$writer"; then
+    fail "$dir" "$kind: the writer failed ($(tail -n 1 "$dir/oxbench.err"))"; return 1
+  fi
+  local summary slowest errs
+  summary=$(python3 -c '
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+print("%.4f" % r["slowest"], r["errors"])' "$out")
+  read -r slowest errs <<<"$summary"
+  record "$kind" leader.remove_s "$(secs "$t0" "$t1")"
+  record "$kind" leader.pause_s "$slowest"
+  record "$kind" leader.errors "$errs"
+  echo "  $kind: remove $(secs "$t0" "$t1") s, slowest put $slowest s, $errs failed puts" >&2
+}
+
 echo "work dir $work; oxcd $OXCD; etcd $ETCD ($("$ETCD" --version 2>/dev/null | head -n 1))" >&2
 for ((round = 0; round < rounds; round++)); do
   n=${#servers[@]}
-  for scenario in replace_dead learner; do
+  for scenario in ${SCENARIOS:-replace_dead learner remove_leader}; do
     for ((i = 0; i < n; i++)); do
       s=${servers[$(((i + round) % n))]}
       echo "round $((round + 1))/$rounds: $scenario, $s" >&2
@@ -477,6 +528,10 @@ rows = [
     ("  promote (caught up -> promoted)", "learner.promote_s", "s"),
     ("  promote attempts", "learner.promote_attempts", ""),
     ("  learner RSS after catch-up", "learner.rss_mb", "MB"),
+    ("remove the leader under a 1-client writer, 3 members", None, None),
+    ("  member remove (through a follower)", "leader.remove_s", "s"),
+    ("  write pause (slowest put)", "leader.pause_s", "s"),
+    ("  failed puts", "leader.errors", ""),
 ]
 
 def fmt(v):

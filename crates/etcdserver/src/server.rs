@@ -233,9 +233,12 @@ impl EtcdServer {
                     Err(_) => break Err(rpctypes::TIMEOUT),
                 },
                 refused = refusal.refused() => match refused {
-                    // An election is under way: retry until the deadline, as
+                    // An election is under way, or leadership is moving
+                    // (raft drops proposals while it transfers): the entry
+                    // is not in the log, so retry until the deadline, as
                     // with_leader does.
-                    consensus::ConsensusError::NoLeader => {
+                    consensus::ConsensusError::NoLeader
+                    | consensus::ConsensusError::ProposalDropped => {
                         if let Err(e) = leader_poll(deadline).await {
                             break Err(e);
                         }

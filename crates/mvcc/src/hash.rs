@@ -1,12 +1,33 @@
+//! The hashes of the store.
+//!
+//! HashKV ([`Store::hash_kv`]) is etcd 3.5.16's (server/mvcc/hash.go), to
+//! the bit: CRC-32C (Castagnoli) over the bucket name `key` and every
+//! (revision key, marshalled `mvccpb.KeyValue`) record up to a revision, in
+//! revision order, leaving out a tombstone at exactly the compact revision
+//! (3.5.16 keeps it where older etcds deleted it, and skips it in the hash
+//! so that both agree). Compacted-away revisions are gone from the table
+//! here (etcd filters them with its key index's keep set: the same
+//! records). And like etcd, each compaction records the hash at its
+//! revision as the file stood before it (with the previous compact
+//! revision), and HashKV at exactly such a revision answers that one: the
+//! last [`COMPACTION_HASHES_KEPT`]. An etcd member and an oxcd member
+//! holding the same history give the same numbers.
+//!
 //! The hash of the whole backend (etcd's Maintenance.Hash, backend.Hash):
 //! CRC-32 over every table's name and records, in table and key order,
 //! except the consistent index (which differs between members that applied
 //! the same entries at different raft indexes after a restore). Equal on
 //! members that applied the same entries.
 
-use redb::{ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use redb::{ReadOnlyTable, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 
 use crate::backend::{backend_error, SideTable, KEY_TABLE, META_CONSISTENT_INDEX, META_TABLE};
+use crate::revision::{Revision, RevisionKey};
 use crate::{MvccError, Store};
 
 fn hash_table<K, V>(
@@ -59,6 +80,204 @@ impl Store {
         }
         Ok((hasher.finalize(), revision))
     }
+}
+
+/// etcd's hashStorageMaxSize.
+pub(crate) const COMPACTION_HASHES_KEPT: usize = 10;
+
+/// A HashKV result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KvHash {
+    pub(crate) hash: u32,
+    pub(crate) compact_revision: i64,
+    pub(crate) revision: i64,
+}
+
+/// The hashes compactions recorded (etcd's hashStorage).
+#[derive(Default)]
+pub(crate) struct CompactionHashes {
+    /// Ordered by revision, the newest [`COMPACTION_HASHES_KEPT`].
+    hashes: Mutex<Vec<KvHash>>,
+    /// One compaction hash at a time is computed; a compaction meanwhile
+    /// records none (etcd: when the previous compaction did not complete).
+    hashing: AtomicBool,
+}
+
+impl CompactionHashes {
+    fn get(&self, revision: i64) -> Option<KvHash> {
+        self.hashes
+            .lock()
+            .iter()
+            .find(|h| h.revision == revision)
+            .copied()
+    }
+
+    fn store(&self, hash: KvHash) {
+        let mut hashes = self.hashes.lock();
+        hashes.push(hash);
+        hashes.sort_by_key(|h| h.revision);
+        let excess = hashes.len().saturating_sub(COMPACTION_HASHES_KEPT);
+        hashes.drain(..excess);
+    }
+}
+
+/// What a HashKV reads: the committed table and the pending overlay, as of
+/// one moment (begun under the pending lock).
+struct HashSource {
+    overlay: Vec<(RevisionKey, Bytes)>,
+    deleted: HashSet<RevisionKey>,
+    table: ReadOnlyTable<&'static [u8], &'static [u8]>,
+    upper: RevisionKey,
+}
+
+impl Store {
+    /// HashKV at `revision` (0 = current): (hash, compact revision, hashed
+    /// revision). Pending records and pending compaction deletions count as
+    /// committed, so members that applied the same entries agree whatever
+    /// their commit timing.
+    pub fn hash_kv(&self, revision: i64) -> Result<(u32, i64, i64), MvccError> {
+        // etcd looks at the recorded hashes first, compacted or not
+        if let Some(h) = self
+            .compaction_hashes
+            .get(revision)
+            .filter(|_| revision > 0)
+        {
+            return Ok((h.hash, h.compact_revision, h.revision));
+        }
+        let (current, compacted) = {
+            let state = self.state.read();
+            (state.current_revision, state.compact_revision)
+        };
+        if revision > 0 && revision < compacted {
+            return Err(MvccError::Compacted);
+        }
+        if revision > current {
+            return Err(MvccError::FutureRev);
+        }
+        let hash_revision = if revision <= 0 { current } else { revision };
+        let source = self.hash_source(hash_revision)?;
+        let hash = hash_records(source, compacted, |r, record| self.unseal_record(r, record))?;
+        Ok((hash, compacted, hash_revision))
+    }
+
+    fn hash_source(&self, revision: i64) -> Result<HashSource, MvccError> {
+        let upper = RevisionKey::new(Revision::new(revision + 1, 0), false);
+        let pending = self.pending.read();
+        let overlay: Vec<(RevisionKey, Bytes)> = pending
+            .records
+            .range(..upper.revision())
+            .map(|(r, (tombstone, v))| (RevisionKey::new(*r, *tombstone), v.clone()))
+            .collect();
+        let deleted: HashSet<RevisionKey> = pending.deletions.iter().copied().collect();
+        // Begun under the pending lock: whatever redb lacks is in `overlay`.
+        let txn = self.db().begin_read().map_err(backend_error)?;
+        let table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
+        Ok(HashSource {
+            overlay,
+            deleted,
+            table,
+            upper,
+        })
+    }
+}
+
+/// Records the HashKV at `revision` as the store stands now, before the
+/// compaction at `revision` applies (`previous`: the compact revision until
+/// then), on a thread of its own (a full pass over the history below it).
+pub(crate) fn hash_at_compaction(store: &Store, revision: i64, previous: i64) {
+    let hashes = store.compaction_hashes.clone();
+    if hashes.hashing.swap(true, Ordering::AcqRel) {
+        tracing::info!(
+            revision,
+            "previous compaction hash still computing, skip storing compaction hash value"
+        );
+        return;
+    }
+    let source = match store.hash_source(revision) {
+        Ok(source) => source,
+        Err(e) => {
+            tracing::warn!(revision, error = %e, "cannot hash the store at a compaction");
+            hashes.hashing.store(false, Ordering::Release);
+            return;
+        }
+    };
+    let worker = hashes.clone();
+    let spawned = std::thread::Builder::new()
+        .name("compaction-hash".into())
+        .spawn(move || {
+            match hash_records(source, previous, unseal_off_thread) {
+                Ok(hash) => {
+                    tracing::info!(
+                        hash,
+                        revision,
+                        "compact-revision" = previous,
+                        "storing new hash"
+                    );
+                    worker.store(KvHash {
+                        hash,
+                        compact_revision: previous,
+                        revision,
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(revision, error = %e, "cannot hash the store at a compaction")
+                }
+            }
+            worker.hashing.store(false, Ordering::Release);
+        });
+    if spawned.is_err() {
+        hashes.hashing.store(false, Ordering::Release);
+    }
+}
+
+/// A record's payload, off the store's threads (a damaged record fails the
+/// compaction hash; the store reports it when it reads it itself).
+fn unseal_off_thread(_: Revision, record: &[u8]) -> Result<&[u8], MvccError> {
+    crate::backend::unseal(record)
+        .map_err(|_| MvccError::Corrupt("a record's checksum does not match".into()))
+}
+
+/// etcd's kvHasher over `source`.
+fn hash_records<U>(source: HashSource, compacted: i64, unseal: U) -> Result<u32, MvccError>
+where
+    U: for<'r> Fn(Revision, &'r [u8]) -> Result<&'r [u8], MvccError>,
+{
+    let HashSource {
+        overlay,
+        deleted,
+        table,
+        upper,
+    } = source;
+    let mut crc = crc32c::crc32c(b"key");
+    let mut record = |key: &RevisionKey, value: &[u8]| {
+        if !(key.is_tombstone() && key.revision().main == compacted) {
+            crc = crc32c::crc32c_append(crc, key.as_slice());
+            crc = crc32c::crc32c_append(crc, value);
+        }
+    };
+    // The encoded KeyValues are hashed, not the sealed records: the hash
+    // does not depend on the file format, and it checks every record.
+    let mut overlay = overlay.into_iter().peekable();
+    for entry in table.range(..upper.as_slice()).map_err(backend_error)? {
+        let (k, v) = entry.map_err(backend_error)?;
+        let key = k.value();
+        while let Some((pending_key, value)) = overlay.next_if(|(pk, _)| pk.as_slice() <= key) {
+            if pending_key.as_slice() != key && !deleted.contains(&pending_key) {
+                record(&pending_key, unseal(pending_key.revision(), &value)?);
+            }
+        }
+        let (parsed, tombstone) = RevisionKey::parse(key)?;
+        let revision_key = RevisionKey::new(parsed, tombstone);
+        if !deleted.contains(&revision_key) {
+            record(&revision_key, unseal(parsed, v.value())?);
+        }
+    }
+    for (pending_key, value) in overlay {
+        if !deleted.contains(&pending_key) {
+            record(&pending_key, unseal(pending_key.revision(), &value)?);
+        }
+    }
+    Ok(crc)
 }
 
 #[cfg(test)]

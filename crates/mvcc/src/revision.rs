@@ -80,6 +80,11 @@ impl RevisionKey {
         &self.bytes[..self.len as usize]
     }
 
+    /// Whether the record is a deletion (etcd's `t`-marked revision key).
+    pub(crate) fn is_tombstone(&self) -> bool {
+        self.len as usize == MARKED_REVISION_BYTES_LEN
+    }
+
     pub(crate) fn revision(&self) -> Revision {
         // Built by `new`, so the shape is valid.
         match RevisionKey::parse(self.as_slice()) {

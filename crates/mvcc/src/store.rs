@@ -1,6 +1,6 @@
 //! The store: key index + pending batch + redb file, and the read path.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -83,6 +83,9 @@ pub struct Store {
     /// Leased live keys found by the last load, until the lessor takes them.
     pub(crate) loaded_leased_keys: Mutex<Vec<(Bytes, i64)>>,
     pub(crate) ops: crate::stats::OpCounters,
+    /// HashKV at each of the last compactions' revisions, computed as it
+    /// stood before the compaction (etcd's hashStorage; see `hash`).
+    pub(crate) compaction_hashes: Arc<crate::hash::CompactionHashes>,
 }
 
 /// Receives the duration of every backend commit that wrote something
@@ -108,6 +111,7 @@ impl Store {
             db: RwLock::new(Arc::new(db)),
             defragmenting: AtomicBool::new(false),
             defrag_lock: Mutex::new(()),
+            compaction_hashes: Arc::default(),
             path: path.to_path_buf(),
             state: RwLock::new(IndexState {
                 tree: loaded.index,
@@ -309,6 +313,17 @@ impl Store {
 
     /// [`Store::compact`] without the index, under the caller's writer lock.
     pub(crate) fn compact_locked(&self, revision: i64) -> Result<(), MvccError> {
+        // The file as it stands before the compaction (the caller holds the
+        // writer lock: nothing changes it meanwhile), for etcd's
+        // compaction hash, hashed off this thread.
+        let before = {
+            let state = self.state.read();
+            (revision > state.compact_revision && revision <= state.current_revision)
+                .then_some(state.compact_revision)
+        };
+        if let Some(previous) = before {
+            crate::hash::hash_at_compaction(self, revision, previous);
+        }
         let dropped = {
             let mut state = self.state.write();
             if revision <= state.compact_revision {
@@ -426,68 +441,6 @@ impl Store {
     /// Number of keys in the index (live or with history).
     pub fn index_len(&self) -> usize {
         self.state.read().tree.len()
-    }
-
-    /// CRC-32 over the bucket name and every (revision key, value) record up
-    /// to `revision` (0 = current), in revision order, as etcd's HashByRev.
-    /// Returns (hash, compact revision, hashed revision). Pending records and
-    /// pending compaction deletions count as committed, so members that
-    /// applied the same entries agree whatever their commit timing.
-    pub fn hash_kv(&self, revision: i64) -> Result<(u32, i64, i64), MvccError> {
-        let (current, compacted) = {
-            let state = self.state.read();
-            (state.current_revision, state.compact_revision)
-        };
-        if revision > 0 && revision < compacted {
-            return Err(MvccError::Compacted);
-        }
-        if revision > current {
-            return Err(MvccError::FutureRev);
-        }
-        let hash_revision = if revision <= 0 { current } else { revision };
-        let upper = RevisionKey::new(Revision::new(hash_revision + 1, 0), false);
-
-        let (overlay, deleted, table) = {
-            let pending = self.pending.read();
-            let overlay: Vec<(RevisionKey, Bytes)> = pending
-                .records
-                .range(..upper.revision())
-                .map(|(r, (tombstone, v))| (RevisionKey::new(*r, *tombstone), v.clone()))
-                .collect();
-            let deleted: HashSet<RevisionKey> = pending.deletions.iter().copied().collect();
-            // Begun under the pending lock: whatever redb lacks is in `overlay`.
-            let txn = self.db().begin_read().map_err(backend_error)?;
-            let table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
-            (overlay, deleted, table)
-        };
-
-        // The encoded KeyValues are hashed, not the sealed records: the hash
-        // does not depend on the file format, and it checks every record.
-        let mut hasher = crc32fast::Hasher::new();
-        hasher.update(b"key");
-        let mut overlay = overlay.into_iter().peekable();
-        for entry in table.range(..upper.as_slice()).map_err(backend_error)? {
-            let (k, v) = entry.map_err(backend_error)?;
-            let key = k.value();
-            while let Some((pending_key, value)) = overlay.next_if(|(pk, _)| pk.as_slice() <= key) {
-                if pending_key.as_slice() != key && !deleted.contains(&pending_key) {
-                    hasher.update(pending_key.as_slice());
-                    hasher.update(self.unseal_record(pending_key.revision(), &value)?);
-                }
-            }
-            let (parsed, tombstone) = RevisionKey::parse(key)?;
-            if !deleted.contains(&RevisionKey::new(parsed, tombstone)) {
-                hasher.update(key);
-                hasher.update(self.unseal_record(parsed, v.value())?);
-            }
-        }
-        for (pending_key, value) in overlay {
-            if !deleted.contains(&pending_key) {
-                hasher.update(pending_key.as_slice());
-                hasher.update(self.unseal_record(pending_key.revision(), &value)?);
-            }
-        }
-        Ok((hasher.finalize(), compacted.max(0), hash_revision))
     }
 }
 

@@ -11,5 +11,6 @@
 pub mod alarms;
 pub mod auth;
 pub mod backend_file;
+pub mod etcd_buckets;
 pub mod leases;
 pub mod members;

@@ -155,8 +155,17 @@ impl Store {
             return Err(MvccError::FutureRev);
         }
         let hash_revision = if revision <= 0 { current } else { revision };
+        // the compacted revisions etcd counts: what a compaction at the
+        // hashed revision would keep (its key index's Keep)
+        let keep = if compacted > 0 {
+            Compacted::KeepOnly(self.state.read().tree.keep(hash_revision))
+        } else {
+            Compacted::All
+        };
         let source = self.hash_source(hash_revision)?;
-        let hash = hash_records(source, compacted, |r, record| self.unseal_record(r, record))?;
+        let hash = hash_records(source, compacted, &keep, |r, record| {
+            self.unseal_record(r, record)
+        })?;
         Ok((hash, compacted, hash_revision))
     }
 
@@ -181,31 +190,76 @@ impl Store {
     }
 }
 
-/// Records the HashKV at `revision` as the store stands now, before the
-/// compaction at `revision` applies (`previous`: the compact revision until
-/// then), on a thread of its own (a full pass over the history below it).
-pub(crate) fn hash_at_compaction(store: &Store, revision: i64, previous: i64) {
-    let hashes = store.compaction_hashes.clone();
+/// Which records at or below the compact revision a HashKV counts (etcd
+/// filters them with a key index keep set, when it has one).
+pub(crate) enum Compacted {
+    All,
+    /// Only these revisions (or all, when empty, as etcd).
+    KeepOnly(HashSet<Revision>),
+    /// All but these (the ones a compaction drops).
+    AllBut(HashSet<Revision>),
+}
+
+/// A compaction's hash, ready to be computed: the store as it stood before
+/// the compaction.
+pub(crate) struct PendingCompactionHash {
+    source: HashSource,
+    revision: i64,
+    previous: i64,
+}
+
+/// The store as it stands before the compaction at `revision` applies
+/// (`previous`: the compact revision until then), for its hash; None while
+/// the previous compaction's hash is still being computed (etcd: when the
+/// previous compaction did not complete).
+pub(crate) fn before_compaction(
+    store: &Store,
+    revision: i64,
+    previous: i64,
+) -> Option<PendingCompactionHash> {
+    let hashes = &store.compaction_hashes;
     if hashes.hashing.swap(true, Ordering::AcqRel) {
         tracing::info!(
             revision,
             "previous compaction hash still computing, skip storing compaction hash value"
         );
-        return;
+        return None;
     }
-    let source = match store.hash_source(revision) {
-        Ok(source) => source,
+    match store.hash_source(revision) {
+        Ok(source) => Some(PendingCompactionHash {
+            source,
+            revision,
+            previous,
+        }),
         Err(e) => {
             tracing::warn!(revision, error = %e, "cannot hash the store at a compaction");
             hashes.hashing.store(false, Ordering::Release);
-            return;
+            None
         }
-    };
+    }
+}
+
+/// Records the compaction's hash (etcd's scheduleCompaction: the records
+/// up to its revision, those at or below the previous compaction only if
+/// this one keeps them), on a thread of its own (a full pass over the
+/// history below it). `dropped`: what the compaction drops.
+pub(crate) fn hash_at_compaction(
+    store: &Store,
+    pending: PendingCompactionHash,
+    dropped: HashSet<Revision>,
+) {
+    let hashes = store.compaction_hashes.clone();
+    let PendingCompactionHash {
+        source,
+        revision,
+        previous,
+    } = pending;
     let worker = hashes.clone();
     let spawned = std::thread::Builder::new()
         .name("compaction-hash".into())
         .spawn(move || {
-            match hash_records(source, previous, unseal_off_thread) {
+            let filter = Compacted::AllBut(dropped);
+            match hash_records(source, previous, &filter, unseal_off_thread) {
                 Ok(hash) => {
                     tracing::info!(
                         hash,
@@ -238,7 +292,12 @@ fn unseal_off_thread(_: Revision, record: &[u8]) -> Result<&[u8], MvccError> {
 }
 
 /// etcd's kvHasher over `source`.
-fn hash_records<U>(source: HashSource, compacted: i64, unseal: U) -> Result<u32, MvccError>
+fn hash_records<U>(
+    source: HashSource,
+    compacted: i64,
+    filter: &Compacted,
+    unseal: U,
+) -> Result<u32, MvccError>
 where
     U: for<'r> Fn(Revision, &'r [u8]) -> Result<&'r [u8], MvccError>,
 {
@@ -249,8 +308,22 @@ where
         upper,
     } = source;
     let mut crc = crc32c::crc32c(b"key");
+    let counted = |key: &RevisionKey| {
+        let revision = key.revision();
+        if revision.main > compacted {
+            return true;
+        }
+        if key.is_tombstone() && revision.main == compacted {
+            return false;
+        }
+        match filter {
+            Compacted::All => true,
+            Compacted::KeepOnly(keep) => keep.is_empty() || keep.contains(&revision),
+            Compacted::AllBut(dropped) => !dropped.contains(&revision),
+        }
+    };
     let mut record = |key: &RevisionKey, value: &[u8]| {
-        if !(key.is_tombstone() && key.revision().main == compacted) {
+        if counted(key) {
             crc = crc32c::crc32c_append(crc, key.as_slice());
             crc = crc32c::crc32c_append(crc, value);
         }

@@ -327,6 +327,36 @@ impl KeyIndex {
         self.is_empty()
     }
 
+    /// etcd's keyIndex.keep: the revision of this key a compaction at
+    /// `at_rev` would keep, for HashKV; none when that is the tombstone
+    /// ending an older generation (etcd skips it so that old and new
+    /// versions hash alike).
+    fn keep(&self, at_rev: i64) -> Option<Revision> {
+        let generations = match &self.repr {
+            Repr::Single { main, sub, .. } => {
+                return (*main <= at_rev).then_some(Revision::new(*main, i64::from(*sub)))
+            }
+            Repr::Generations(generations) => generations,
+        };
+        let mut at = 0;
+        while at + 1 < generations.len() {
+            let tail = generations[at].revisions.last()?;
+            if tail.main > at_rev {
+                break;
+            }
+            at += 1;
+        }
+        let generation = &generations[at];
+        let n = generation
+            .revisions
+            .iter()
+            .rposition(|r| r.main <= at_rev)?;
+        if n + 1 == generation.revisions.len() && at + 1 != generations.len() {
+            return None;
+        }
+        Some(generation.revisions[n])
+    }
+
     /// Undoes every change at or after `from` (an aborted write). Returns true
     /// when nothing of the key remains.
     fn rollback(&mut self, from: Revision) -> bool {
@@ -469,6 +499,15 @@ impl KeyIndexTree {
         self.walk(key, end)
             .filter(|(_, index)| index.get(at_rev).is_some())
             .map(|(key, _)| Bytes::copy_from_slice(key.as_slice()))
+            .collect()
+    }
+
+    /// etcd's keyIndex Keep over every key: what a compaction at `at_rev`
+    /// would keep, as HashKV filters compacted revisions with it.
+    pub(crate) fn keep(&self, at_rev: i64) -> std::collections::HashSet<Revision> {
+        self.keys
+            .values()
+            .filter_map(|index| index.keep(at_rev))
             .collect()
     }
 

@@ -110,6 +110,7 @@
 
 mod backend;
 mod defrag;
+pub mod etcd_backend;
 mod hash;
 pub mod key_index;
 mod range;

@@ -1,5 +1,11 @@
-//! Snapshot files: what `Maintenance.Snapshot` streams to a client
-//! (`etcdctl snapshot save`) and what `oxctl snapshot status|restore` read.
+//! Snapshot files: what `oxctl snapshot status|restore` read.
+//!
+//! `Maintenance.Snapshot` streams etcd's own format: a bbolt file with
+//! etcd's buckets and a trailing sha256 ([`crate::etcd_backend`]), which
+//! etcdctl, etcdutl and etcd read, and which this module reads too (as it
+//! reads the snapshots of etcd 3.4 and 3.5 themselves). Earlier oxcd
+//! versions streamed a redb file instead, laid out as below; such files
+//! are still read.
 //!
 //! # Layout (snapshot file format version 1)
 //!
@@ -88,6 +94,10 @@ pub enum SnapshotFileError {
     Mvcc(#[from] MvccError),
 }
 
+fn bbolt_damaged(e: bbolt::ReadError) -> SnapshotFileError {
+    SnapshotFileError::Damaged(e.to_string())
+}
+
 /// Runs `read` over an untrusted file's database, turning a panic of redb
 /// (its invariant checks on damaged pages) into an error.
 fn guarded<T>(read: impl FnOnce() -> Result<T, SnapshotFileError>) -> Result<T, SnapshotFileError> {
@@ -149,6 +159,8 @@ pub(crate) fn has_checksum(len: u64) -> bool {
 #[derive(Debug, Clone)]
 pub struct SnapshotFile {
     path: std::path::PathBuf,
+    /// An etcd (bbolt) backend rather than a redb one.
+    pub is_etcd_backend: bool,
     /// Bytes of the body (file length without the sha256, if any).
     pub body_len: u64,
     /// Bytes of the redb file at the start of the body.
@@ -207,9 +219,15 @@ impl SnapshotFile {
                 return Err(SnapshotFileError::HashMismatch { expected, got });
             }
         }
-        let db_len = Self::db_len_of_body(&mut file, body_len)?;
+        let is_etcd_backend = crate::etcd_backend::is_bbolt(path);
+        let db_len = if is_etcd_backend {
+            body_len
+        } else {
+            Self::db_len_of_body(&mut file, body_len)?
+        };
         Ok(SnapshotFile {
             path: path.to_path_buf(),
+            is_etcd_backend,
             body_len,
             db_len,
             has_hash,
@@ -253,6 +271,17 @@ impl SnapshotFile {
 
     /// Hash, revision, total keys and size, as `snapshot status` prints them.
     pub fn status(&self) -> Result<SnapshotStatus, SnapshotFileError> {
+        if self.is_etcd_backend {
+            // etcdutl's: bbolt's consistency check, then the walk
+            let mut reader = bbolt::Reader::open(&self.path).map_err(bbolt_damaged)?;
+            let status = bbolt::snapshot_status(&mut reader).map_err(bbolt_damaged)?;
+            return Ok(SnapshotStatus {
+                hash: status.hash,
+                revision: status.revision,
+                total_key: status.total_key,
+                total_size: status.total_size,
+            });
+        }
         guarded(|| self.status_unguarded())
     }
 
@@ -313,6 +342,15 @@ impl SnapshotFile {
         dest: &Path,
         members: &[(u64, Vec<u8>)],
     ) -> Result<RestoreSummary, SnapshotFileError> {
+        if self.is_etcd_backend {
+            let restored = crate::etcd_backend::restore_from_bbolt(&self.path, dest, members)
+                .map_err(|e| SnapshotFileError::Damaged(e.to_string()))?;
+            return Ok(RestoreSummary {
+                revision: restored.revision,
+                keys_records: restored.keys_records,
+                leases: restored.leases,
+            });
+        }
         guarded(|| self.restore_unguarded(dest, members))
     }
 

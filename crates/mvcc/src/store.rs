@@ -321,9 +321,8 @@ impl Store {
             (revision > state.compact_revision && revision <= state.current_revision)
                 .then_some(state.compact_revision)
         };
-        if let Some(previous) = before {
-            crate::hash::hash_at_compaction(self, revision, previous);
-        }
+        let pending_hash =
+            before.and_then(|previous| crate::hash::before_compaction(self, revision, previous));
         let dropped = {
             let mut state = self.state.write();
             if revision <= state.compact_revision {
@@ -336,6 +335,10 @@ impl Store {
             state.tree.compact(revision)
         };
         self.ops.compacted(dropped.len());
+        if let Some(pending_hash) = pending_hash {
+            let dropped = dropped.iter().map(|(revision, _)| *revision).collect();
+            crate::hash::hash_at_compaction(self, pending_hash, dropped);
+        }
         {
             let mut pending = self.pending.write();
             pending.deletions.extend(

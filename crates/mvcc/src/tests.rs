@@ -923,7 +923,11 @@ fn hash_kv_is_independent_of_commit_timing_and_tracks_revisions() {
         delete(s, "x", "");
     }
     let (ha, compact, rev) = a.store.hash_kv(0).unwrap();
-    assert_eq!((compact, rev), (-1, 4), "etcd: -1 until the first compaction");
+    assert_eq!(
+        (compact, rev),
+        (-1, 4),
+        "etcd: -1 until the first compaction"
+    );
     assert_eq!(b_.store.hash_kv(0).unwrap().0, ha);
     assert_eq!(a.store.hash_kv(3).unwrap(), b_.store.hash_kv(3).unwrap());
     assert_ne!(a.store.hash_kv(3).unwrap().0, ha);

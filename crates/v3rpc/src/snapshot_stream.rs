@@ -1,9 +1,10 @@
 //! Maintenance.Snapshot: a consistent copy of the backend, streamed to a
 //! client as etcd 3.5 streams it (api/v3rpc/maintenance.go `Snapshot`).
 //!
-//! The copy is [`mvcc::Store::backup_to`] (one redb read transaction, so
-//! it holds exactly one revision) into a temporary file in the member's
-//! snap dir. The file is unlinked as soon as it is opened, so a client
+//! The copy is etcd 3.5's own backend, a bbolt file with etcd's buckets
+//! ([`mvcc::Store::write_etcd_backend`], from one redb read transaction, so
+//! it holds exactly one revision), written to a temporary file in the
+//! member's snap dir: etcdctl, etcdutl and etcd read it as one of etcd's. The file is unlinked as soon as it is opened, so a client
 //! that goes away, an error, or a crash after that point leave nothing
 //! behind. The body is the file plus its padding (see
 //! [`mvcc::snapshot_file`]), sent in chunks of
@@ -94,9 +95,25 @@ fn send_snapshot(
 ) -> Result<(), Status> {
     // A lower bound of the copy's revision: the copy is taken after it.
     let header: ResponseHeader = server.header(server.store.current_revision());
+    let raft = {
+        let members = server.members.list();
+        mvcc::etcd_backend::RaftMeta {
+            term: server.raft.status().term,
+            voters: members
+                .iter()
+                .filter(|m| !m.is_learner)
+                .map(|m| m.id)
+                .collect(),
+            learners: members
+                .iter()
+                .filter(|m| m.is_learner)
+                .map(|m| m.id)
+                .collect(),
+        }
+    };
     server
         .store
-        .backup_to(temp)
+        .write_etcd_backend(temp, &raft)
         .map_err(|e| Status::internal(format!("cannot copy the backend: {e}")))?;
     let mut file = File::open(temp)
         .map_err(|e| Status::internal(format!("cannot open the backend copy: {e}")))?;

@@ -5,12 +5,17 @@
 //! * `oxctl snapshot status FILE [-w simple|table|json|fields]`
 //! * `oxctl snapshot restore FILE --name N --data-dir D --initial-cluster ...
 //!   --initial-cluster-token T --initial-advertise-peer-urls U [--skip-hash-check]`
+//! * `oxctl defrag --data-dir D`, `oxctl version`
+//! * beyond etcdutl 3.5: `oxctl hashkv --data-dir D [--rev R]` (3.6 has it)
+//!   and `oxctl check --data-dir D` (the WAL's and backend's checksums, and
+//!   what a start would do)
 //!
 //! It never talks to a running member: `etcdctl snapshot save` (or any
 //! client of Maintenance.Snapshot) makes the file. What a snapshot file
 //! holds is fixed in [`mvcc::snapshot_file`]; what restore writes is in
 //! [`snapshot::restore`].
 
+pub mod datadir;
 pub mod snapshot;
 
 use std::ffi::OsString;
@@ -71,6 +76,29 @@ enum Command {
     /// Manages oxcd node snapshots.
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
+    /// Defragments the storage of a stopped member (its data dir).
+    Defrag {
+        /// Data directory of the member.
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
+    /// Prints the hash of the key history of a stopped member (etcdutl 3.6's
+    /// hashkv; `etcdctl endpoint hashkv` gives the same on a running one).
+    Hashkv {
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// Revision to hash (0: the latest).
+        #[arg(long, default_value_t = 0)]
+        rev: i64,
+    },
+    /// Checks a stopped member's data dir: WAL and backend checksums, and
+    /// what a start would do.
+    Check {
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
+    /// Prints the version of oxctl.
+    Version,
 }
 
 #[derive(Subcommand, Debug)]
@@ -110,6 +138,18 @@ where
 {
     let cli = Cli::try_parse_from(args)?;
     match cli.command {
+        Command::Defrag { data_dir } => out.write_all(datadir::defrag(&data_dir)?.as_bytes())?,
+        Command::Hashkv { data_dir, rev } => {
+            out.write_all(datadir::hashkv(&data_dir, rev, cli.write_out)?.as_bytes())?
+        }
+        Command::Check { data_dir } => out.write_all(datadir::check(&data_dir)?.as_bytes())?,
+        Command::Version => out.write_all(
+            format!(
+                "oxctl version: {}\nAPI version: 3.5\n",
+                env!("CARGO_PKG_VERSION")
+            )
+            .as_bytes(),
+        )?,
         Command::Snapshot(SnapshotCommand::Status { filename }) => {
             let status = snapshot::status(&filename)?;
             out.write_all(snapshot::format_status(&status, cli.write_out).as_bytes())?;

@@ -71,7 +71,7 @@ pub fn format_status(status: &SnapshotStatus, format: OutputFormat) -> String {
 
 /// One row, as tablewriter draws it for etcdctl: headers centered, cells
 /// right-aligned, one space of padding.
-fn table(headers: &[&str], row: &[String]) -> String {
+pub(crate) fn table(headers: &[&str], row: &[String]) -> String {
     let widths: Vec<usize> = headers
         .iter()
         .zip(row)

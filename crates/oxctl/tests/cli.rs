@@ -275,3 +275,53 @@ fn restore_refuses_a_file_that_holds_no_oxcd_database() {
     assert!(String::from_utf8_lossy(&out.stderr)
         .contains("Error: stat /nonexistent/snap.db: no such file or directory"));
 }
+
+/// A stopped member's data dir whose backend holds `keys` keys.
+fn data_dir_with(dir: &Path, keys: u64) -> (PathBuf, u32) {
+    let data = dir.join("member-data");
+    let snap = data.join("member").join("snap");
+    std::fs::create_dir_all(&snap).unwrap();
+    let store = Store::open(&snap.join("db")).unwrap();
+    for i in 0..keys {
+        let mut w = store.write(i + 1);
+        w.put(&PutRequest {
+            key: format!("key{i}").into_bytes().into(),
+            value: b"value".to_vec().into(),
+            ..Default::default()
+        })
+        .unwrap();
+        w.end();
+    }
+    store.commit(true).unwrap();
+    let (hash, _, _) = store.hash_kv(0).unwrap();
+    (data, hash)
+}
+
+#[test]
+fn defrag_hashkv_and_check_work_on_a_stopped_members_data_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, hash) = data_dir_with(dir.path(), 50);
+    let data_arg = data.to_str().unwrap();
+    let out = stdout(&oxctl(&["hashkv", "--data-dir", data_arg, "-w", "json"]));
+    assert_eq!(
+        out,
+        format!("{{\"hash\":{hash},\"hashRevision\":51,\"compactRevision\":-1}}\n")
+    );
+    let out = stdout(&oxctl(&["defrag", "--data-dir", data_arg]));
+    assert_eq!(
+        out,
+        format!("Finished defragmenting etcd data[0] ({data_arg})\n")
+    );
+    // the same history after the defrag
+    let out = stdout(&oxctl(&["hashkv", "--data-dir", data_arg]));
+    assert_eq!(out, format!("{hash}, 51, -1\n"));
+    assert!(stdout(&oxctl(&["version"])).contains("API version: 3.5"));
+    // without a WAL, check says what is missing and fails
+    let failed = oxctl(&["check", "--data-dir", data_arg]);
+    assert_eq!(failed.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("WAL in"));
+    // a data dir that does not exist
+    let missing = oxctl(&["hashkv", "--data-dir", "/nonexistent/dir"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no such file or directory"));
+}

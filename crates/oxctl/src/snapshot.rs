@@ -178,10 +178,30 @@ pub fn restore(cfg: &RestoreConfig) -> Result<(), CliError> {
     );
     // Check the file before creating anything.
     let snapshot = SnapshotFile::open(&cfg.snapshot_path, cfg.skip_hash_check)?;
-    let result = write_data_dir(&snapshot, &own, &members, &snap_dir, &wal_dir);
+    // Built beside the data dir and renamed into place once durable: a
+    // failure, or a crash, never leaves a half-made data dir to start on.
+    let staging = staging_dir(&cfg.data_dir);
+    let _ = std::fs::remove_dir_all(&staging);
+    let staged_member = staging.join("member");
+    let result = write_data_dir(
+        &snapshot,
+        &own,
+        &members,
+        &staged_member.join("snap"),
+        &staged_member.join("wal"),
+    )
+    .and_then(|()| {
+        sync_dir(&staged_member.join("snap"))?;
+        sync_dir(&staged_member)?;
+        sync_dir(&staging)?;
+        std::fs::rename(&staging, &cfg.data_dir)?;
+        if let Some(parent) = cfg.data_dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent)?;
+        }
+        Ok(())
+    });
     if let Err(e) = result {
-        // Nothing half-made is left for a member to start on.
-        let _ = std::fs::remove_dir_all(&cfg.data_dir);
+        let _ = std::fs::remove_dir_all(&staging);
         return Err(e);
     }
     log(
@@ -193,6 +213,19 @@ pub fn restore(cfg: &RestoreConfig) -> Result<(), CliError> {
             ("snap-dir", snap_dir.display().to_string()),
         ],
     );
+    Ok(())
+}
+
+/// Where a restore builds the data dir before renaming it into place.
+fn staging_dir(data_dir: &Path) -> PathBuf {
+    let name = data_dir
+        .file_name()
+        .map_or_else(|| "data".into(), |n| n.to_string_lossy().into_owned());
+    data_dir.with_file_name(format!(".{name}.restoring"))
+}
+
+fn sync_dir(dir: &Path) -> Result<(), CliError> {
+    std::fs::File::open(dir)?.sync_all()?;
     Ok(())
 }
 

@@ -315,8 +315,7 @@ pub(crate) fn load(db: &Database) -> Result<Loaded, MvccError> {
         let fields = scan_key_value(record)?;
         current_revision = revision.main;
         if tombstone {
-            // A tombstone of a key compacted away entirely is meaningless.
-            index.tombstone(fields.key, revision);
+            index.restore_tombstone(fields.key, revision);
         } else {
             index.restore(fields.key, revision, fields.create_revision, fields.version);
         }

@@ -309,7 +309,10 @@ impl KeyIndex {
         while first_kept + 1 < generations.len() {
             let generation = &generations[first_kept];
             let tombstone = generation.revisions[generation.revisions.len() - 1];
-            if tombstone.main > at_rev {
+            // etcd 3.5.16 keeps a tombstone at exactly the compact
+            // revision (3.5.15 and older dropped it): a watch from there
+            // still sees the delete, and a later compaction drops it
+            if tombstone.main >= at_rev {
                 break;
             }
             let n = generation.revisions.len();
@@ -341,7 +344,7 @@ impl KeyIndex {
         let mut at = 0;
         while at + 1 < generations.len() {
             let tail = generations[at].revisions.last()?;
-            if tail.main > at_rev {
+            if tail.main >= at_rev {
                 break;
             }
             at += 1;
@@ -443,6 +446,25 @@ impl KeyIndexTree {
                 self.keys.insert(IndexKey::new(key), index);
             }
         }
+    }
+
+    /// Rebuild path for a tombstone: it ends the key's generation; one of
+    /// a key with no record before it (a compaction at exactly its
+    /// revision kept only the tombstone, as etcd 3.5.16 does) is kept the
+    /// same way, so that the next compaction drops it from the file.
+    pub(crate) fn restore_tombstone(&mut self, key: &[u8], revision: Revision) {
+        if self.tombstone(key, revision) || self.keys.contains_key(key) {
+            return;
+        }
+        let ended = Generation {
+            created: revision.main,
+            version: 1,
+            revisions: vec![revision],
+        };
+        let index = KeyIndex {
+            repr: Repr::Generations(vec![ended, Generation::default()]),
+        };
+        self.keys.insert(IndexKey::new(key), index);
     }
 
     /// Returns false when the key is not live (nothing changes).
@@ -611,30 +633,39 @@ mod tests {
         );
         assert_eq!(tree.get(b"foo", 7).map(|a| a.version), Some(3));
 
-        // Compacting at the tombstone drops the whole generation.
+        // Compacting at the tombstone drops the generation but its
+        // tombstone (etcd 3.5.16).
         let dropped = tree.compact(8);
-        assert_eq!(
-            dropped,
-            vec![(rev(4), false), (rev(6), false), (rev(8), true)]
-        );
+        assert_eq!(dropped, vec![(rev(4), false), (rev(6), false)]);
         assert_eq!(tree.get(b"foo", 11).map(|a| a.created), Some(10));
 
         let dropped = tree.compact(15);
         assert_eq!(
             dropped,
-            vec![(rev(10), false), (rev(12), false), (rev(14), true)]
+            vec![
+                (rev(8), true),
+                (rev(10), false),
+                (rev(12), false),
+                (rev(14), true)
+            ]
         );
         assert!(tree.key_index(b"foo").is_some());
         assert_eq!(tree.compact(100), vec![]);
     }
 
     #[test]
-    fn key_index_compact_removes_key_whose_latest_is_a_tombstone() {
+    fn key_index_compact_keeps_a_tombstone_at_the_compact_revision_then_drops_it() {
         let mut tree = KeyIndexTree::default();
         tree.put(b"foo", rev(2));
         assert!(tree.tombstone(b"foo", rev(3)));
+        // etcd 3.5.16: the tombstone at exactly the compact revision stays
         let dropped = tree.compact(3);
-        assert_eq!(dropped, vec![(rev(2), false), (rev(3), true)]);
+        assert_eq!(dropped, vec![(rev(2), false)]);
+        assert_eq!(tree.len(), 1);
+        assert!(tree.live_keys(b"foo", RangeEnd::Single, 3).is_empty());
+        // compacting past it drops it and the key
+        let dropped = tree.compact(4);
+        assert_eq!(dropped, vec![(rev(3), true)]);
         assert_eq!(tree.len(), 0);
     }
 

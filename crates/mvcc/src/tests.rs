@@ -800,14 +800,15 @@ fn compact_keeps_latest_revision_and_fails_below_it() {
     assert_eq!(keys(&at5), ["a"]);
     assert_eq!(at5.kvs[0].version, 2);
     assert_eq!(keys(&at(0).unwrap()), ["a", "c"]);
-    // a@2, b@4 and b's tombstone @5 are dropped from the index and the file.
-    assert_eq!(t.store.index_len(), 2);
+    // a@2 and b@4 are dropped from the index and the file; b's tombstone
+    // at exactly the compact revision stays (etcd 3.5.16).
+    assert_eq!(t.store.index_len(), 3);
     t.store.commit(true).unwrap();
     assert_eq!(t.store.pending_ops(), 0);
     drop(t.store);
     let reopened = Store::open(&t.path).unwrap();
     assert_eq!(reopened.compact_revision(), 5);
-    assert_eq!(reopened.index_len(), 2);
+    assert_eq!(reopened.index_len(), 3);
     assert_eq!(reopened.current_revision(), 6);
     assert_eq!(
         reopened
@@ -1032,4 +1033,23 @@ fn member_records_persist_with_the_consistent_index() {
         Some(&b"seven"[..])
     );
     assert!(!store.members().unwrap().contains_key(&9));
+}
+
+#[test]
+fn a_tombstone_kept_at_the_compact_revision_survives_a_restart_and_goes_with_the_next_compaction() {
+    let t = open();
+    put(&t.store, "b", "1"); // 2
+    delete(&t.store, "b", ""); // 3
+    put(&t.store, "c", "1"); // 4
+    t.store.compact(3, 0).unwrap();
+    assert_eq!(t.store.index_len(), 2, "b's tombstone and c");
+    t.store.commit(true).unwrap();
+    drop(t.store);
+    let reopened = Store::open(&t.path).unwrap();
+    assert_eq!(reopened.index_len(), 2, "rebuilt from the file");
+    reopened.compact(4, 0).unwrap();
+    reopened.commit(true).unwrap();
+    assert_eq!(reopened.index_len(), 1, "only c");
+    drop(reopened);
+    assert_eq!(Store::open(&t.path).unwrap().index_len(), 1);
 }

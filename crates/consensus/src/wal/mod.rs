@@ -100,6 +100,28 @@ mod file;
 mod ops;
 mod record;
 mod replay;
+/// Every record of the WAL in `dir`, checked: its segments, the replayed
+/// state, the last segment's tail and the metadata.
+fn replay_dir(dir: &Path) -> Result<(Vec<Segment>, Replay, SegmentTail, Metadata), WalError> {
+    let segments = list_segments(dir)?;
+    let Some(last_segment) = segments.last() else {
+        return Err(WalError::NotFound {
+            dir: dir.to_path_buf(),
+        });
+    };
+    let mut reader = Replay::default();
+    let mut tail = SegmentTail::default();
+    for (i, segment) in segments.iter().enumerate() {
+        tail = reader.read_segment(segment, i + 1 == segments.len())?;
+    }
+    let metadata = reader.metadata.clone().ok_or_else(|| WalError::Corrupt {
+        path: last_segment.path.clone(),
+        offset: 0,
+        reason: "no metadata record".into(),
+    })?;
+    Ok((segments, reader, tail, metadata))
+}
+
 #[cfg(test)]
 mod tests;
 
@@ -336,22 +358,7 @@ impl Wal {
     /// which is reported in `repaired_bytes` as what a start would cut):
     /// every record's CRC is checked. For offline tools.
     pub fn read(dir: &Path) -> Result<WalContents, WalError> {
-        let segments = list_segments(dir)?;
-        let Some(last_segment) = segments.last() else {
-            return Err(WalError::NotFound {
-                dir: dir.to_path_buf(),
-            });
-        };
-        let mut reader = Replay::default();
-        let mut tail = SegmentTail::default();
-        for (i, segment) in segments.iter().enumerate() {
-            tail = reader.read_segment(segment, i + 1 == segments.len())?;
-        }
-        let metadata = reader.metadata.clone().ok_or_else(|| WalError::Corrupt {
-            path: last_segment.path.clone(),
-            offset: 0,
-            reason: "no metadata record".into(),
-        })?;
+        let (_, reader, tail, metadata) = replay_dir(dir)?;
         Ok(WalContents {
             metadata,
             hard_state: reader.hard_state,
@@ -362,22 +369,11 @@ impl Wal {
     }
 
     pub fn open(dir: &Path, options: WalOptions) -> Result<(Wal, WalContents), WalError> {
-        let segments = list_segments(dir)?;
-        let Some(last_segment) = segments.last().cloned() else {
-            return Err(WalError::NotFound {
-                dir: dir.to_path_buf(),
-            });
-        };
-        let mut reader = Replay::default();
-        let mut tail = SegmentTail::default();
-        for (i, segment) in segments.iter().enumerate() {
-            tail = reader.read_segment(segment, i + 1 == segments.len())?;
-        }
-        let metadata = reader.metadata.clone().ok_or_else(|| WalError::Corrupt {
-            path: last_segment.path.clone(),
-            offset: 0,
-            reason: "no metadata record".into(),
-        })?;
+        let (segments, reader, tail, metadata) = replay_dir(dir)?;
+        let last_segment = segments
+            .last()
+            .cloned()
+            .expect("replay_dir found a segment");
         let path = &last_segment.path;
         let active = OpenOptions::new()
             .write(true)

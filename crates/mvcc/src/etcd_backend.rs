@@ -55,11 +55,11 @@ impl Store {
         dest: &Path,
         raft: &RaftMeta,
     ) -> Result<EtcdBackendSummary, MvccError> {
-        let txn = {
-            let _defrag = self.defrag_lock.lock();
-            self.commit(false)?;
-            self.db().begin_read().map_err(backend_error)?
-        };
+        // As backup_to: a defragmentation waits (it swaps the file the
+        // read transaction reads).
+        let _defrag = self.defrag_lock.lock();
+        self.commit(false)?;
+        let txn = self.db().begin_read().map_err(backend_error)?;
         let _ = std::fs::remove_file(dest);
         let mut out =
             bbolt::Writer::create(dest, bbolt::WriterOptions::default()).map_err(bbolt_error)?;

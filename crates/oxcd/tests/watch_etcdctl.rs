@@ -167,15 +167,27 @@ fn run_sessions(etcdctl_bin: &str, endpoint: &str) -> Vec<String> {
     outputs
 }
 
-fn matches_reference(reference: (&str, &str)) {
+/// `older`: an etcd older than 3.5.16, whose compaction drops a tombstone
+/// at exactly the compact revision (3.5.16 keeps it, and so does oxcd: a
+/// watch from the compact revision sees that delete there, not here).
+fn matches_reference(reference: (&str, &str), older: bool) {
     let (etcd_bin, etcdctl_bin) = reference;
+    if !std::path::Path::new(etcd_bin).exists() {
+        eprintln!("{etcd_bin} is not installed: skipped");
+        return;
+    }
     let ref_dir = tempfile::tempdir().unwrap();
     let etcd = testkit::start_reference_etcd(etcd_bin, ref_dir.path())
         .unwrap_or_else(|| panic!("{etcd_bin} is installed"));
     let ox_dir = tempfile::tempdir().unwrap();
     let oxcd = Process::start_oxcd(&testkit::oxcd_bin(), ox_dir.path(), &[]);
     let want = run_sessions(etcdctl_bin, etcd.host_port());
-    let got = run_sessions(etcdctl_bin, oxcd.host_port());
+    let mut got = run_sessions(etcdctl_bin, oxcd.host_port());
+    if older {
+        for session in &mut got {
+            *session = session.replace("at compacted\nDELETE\nfoo\n\n", "at compacted\n");
+        }
+    }
     assert_eq!(want.len(), got.len());
     let diffs: Vec<String> = want
         .iter()
@@ -188,12 +200,17 @@ fn matches_reference(reference: (&str, &str)) {
 
 #[test]
 fn etcdctl_35_watch_sessions_match_etcd_35() {
-    matches_reference(testkit::ETCD_35);
+    matches_reference(testkit::ETCD_35, true);
 }
 
 #[test]
 fn etcdctl_34_watch_sessions_match_etcd_34() {
-    matches_reference(testkit::ETCD_34);
+    matches_reference(testkit::ETCD_34, true);
+}
+
+#[test]
+fn etcdctl_3516_watch_sessions_match_etcd_3516() {
+    matches_reference(("/opt/etcd-3.5.16/etcd", "/opt/etcd-3.5.16/etcdctl"), false);
 }
 
 /// `etcdctl watch KEY` from now: events written after it started arrive,

@@ -66,6 +66,7 @@
 //! `snap/%016x-%016x.snap` (see [`snap`]). `snap/db` belongs to the backend.
 
 mod fatal;
+mod import;
 pub mod logger;
 mod node;
 pub mod snap;
@@ -82,6 +83,7 @@ use raft::eraftpb;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 pub use fatal::Fatal;
+pub use import::import_log;
 pub use raft;
 pub use snap::SnapError;
 pub use wal::WalError;

@@ -446,14 +446,25 @@ fn assign_ids(
     })
 }
 
+/// The data dir of a backend at `<data-dir>/member/snap/db`.
+fn data_dir_of(backend: &Path) -> &Path {
+    backend
+        .ancestors()
+        .nth(3)
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
 pub(crate) fn check_backend_is_ours(path: &Path) -> Result<(), StartError> {
     use schema::backend_file::{inspect, Kind};
     match inspect(path) {
         Kind::Absent | Kind::Ours => Ok(()),
         Kind::Bbolt => Err(StartError::DataDir(format!(
             "{} is not an oxcd backend (it looks like an etcd bbolt database); oxcd does not open etcd's data files: \
-             restore an etcd snapshot into a fresh oxcd data dir instead",
-            path.display()
+             stop etcd and convert the data dir with `oxctl migrate --data-dir {}` (etcd's files are kept beside it), \
+             or restore an etcd snapshot into a fresh oxcd data dir",
+            path.display(),
+            data_dir_of(path).display()
         ))),
         Kind::Unknown => Err(StartError::DataDir(format!(
             "{} is not an oxcd backend, or its first page is damaged: it does not begin with redb's file magic; \

@@ -129,6 +129,10 @@ pub(crate) struct Loaded {
     pub index: KeyIndexTree,
     pub current_revision: i64,
     pub compact_revision: i64,
+    /// A compaction recorded but not finished (only in a backend imported
+    /// from etcd, which writes the two marks in separate transactions):
+    /// the open resumes it, as etcd's restore does.
+    pub scheduled_compact_revision: Option<i64>,
     pub consistent_index: u64,
     /// Live keys whose latest put names a lease, with that lease: the lessor
     /// rebuilds its key sets from them (etcd's restore attaches them).
@@ -303,6 +307,8 @@ pub(crate) fn load(db: &Database) -> Result<Loaded, MvccError> {
     let consistent_index = get(META_CONSISTENT_INDEX)?.unwrap_or(0) as u64;
     // -1: never compacted (compact(0) is then still accepted, as etcd).
     let compact_revision = get(META_FINISHED_COMPACT_REV)?.unwrap_or(-1);
+    let scheduled_compact_revision =
+        get(META_SCHEDULED_COMPACT_REV)?.filter(|s| *s > compact_revision);
 
     let table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
     let mut index = KeyIndexTree::default();
@@ -329,6 +335,7 @@ pub(crate) fn load(db: &Database) -> Result<Loaded, MvccError> {
         index,
         current_revision: current_revision.max(compact_revision),
         compact_revision,
+        scheduled_compact_revision,
         consistent_index,
         leased_keys: leased.into_iter().collect(),
     })

@@ -278,6 +278,35 @@ pub fn restore_from_bbolt(
     dest: &Path,
     members: &[(u64, Vec<u8>)],
 ) -> Result<BboltRestore, MvccError> {
+    import_bbolt(
+        src,
+        dest,
+        &BboltImport {
+            members,
+            removed: &[],
+            consistent_index: 0,
+        },
+    )
+}
+
+/// What an import takes from outside the bbolt file.
+pub struct BboltImport<'a> {
+    /// The members table: (ID, record).
+    pub members: &'a [(u64, Vec<u8>)],
+    /// The IDs of removed members.
+    pub removed: &'a [u64],
+    /// The raft index the backend has applied (0 for a new cluster's log).
+    pub consistent_index: u64,
+}
+
+/// [`restore_from_bbolt`] for a member that goes on with its own log
+/// (`oxctl migrate`): the membership and consistent index are given.
+pub fn import_bbolt(
+    src: &Path,
+    dest: &Path,
+    import: &BboltImport<'_>,
+) -> Result<BboltRestore, MvccError> {
+    let members = import.members;
     let mut reader = bbolt::Reader::open(src).map_err(read_error)?;
     reader.check().map_err(read_error)?;
     let db = crate::backend::open_database(dest)?;
@@ -357,6 +386,21 @@ pub fn restore_from_bbolt(
             table
                 .insert(*id, record.as_slice())
                 .map_err(backend_error)?;
+        }
+        let mut removed = txn
+            .open_table(SideTable::MembersRemoved.definition())
+            .map_err(backend_error)?;
+        for id in import.removed {
+            removed
+                .insert(*id, schema::members::REMOVED_RECORD)
+                .map_err(backend_error)?;
+        }
+        if import.consistent_index > 0 {
+            meta.insert(
+                META_CONSISTENT_INDEX,
+                &import.consistent_index.to_be_bytes()[..],
+            )
+            .map_err(backend_error)?;
         }
     }
     txn.commit().map_err(backend_error)?;

@@ -106,8 +106,9 @@ impl Store {
             Ok((db, loaded))
         })?;
         let compact_revision = loaded.compact_revision.max(NO_COMPACTION);
+        let scheduled = loaded.scheduled_compact_revision;
         let size = std::fs::metadata(path).map(|m| m.len() as i64).unwrap_or(0);
-        Ok(Store {
+        let store = Store {
             db: RwLock::new(Arc::new(db)),
             defragmenting: AtomicBool::new(false),
             defrag_lock: Mutex::new(()),
@@ -133,7 +134,18 @@ impl Store {
             loaded_leased_keys: Mutex::new(loaded.leased_keys),
             ops: Default::default(),
             watch: crate::watch::WatchHub::default(),
-        })
+        };
+        if let Some(revision) = scheduled {
+            // etcd's restore: "resume scheduled compaction"
+            let consistent_index = store.consistent_index();
+            store.compact(revision, consistent_index)?;
+            store.commit(true)?;
+            tracing::info!(
+                "scheduled-compact-revision" = revision,
+                "resume scheduled compaction"
+            );
+        }
+        Ok(store)
     }
 
     /// The current redb file handle.

@@ -1053,3 +1053,48 @@ fn a_tombstone_kept_at_the_compact_revision_survives_a_restart_and_goes_with_the
     drop(reopened);
     assert_eq!(Store::open(&t.path).unwrap().index_len(), 1);
 }
+
+#[test]
+fn a_scheduled_compaction_left_unfinished_is_resumed_on_open() {
+    // etcd writes scheduledCompactRev with the compaction's entry and
+    // finishedCompactRev once the records are gone, in another
+    // transaction; an etcd backend imported between the two (a snapshot or
+    // `oxctl migrate` of a killed member) opens with the compaction done.
+    let t = open();
+    put(&t.store, "a", "1");
+    put(&t.store, "a", "2");
+    put(&t.store, "b", "1");
+    t.store.commit(true).unwrap();
+    drop(t.store);
+    {
+        let db = crate::backend::open_database(&t.path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut meta = txn.open_table(crate::backend::META_TABLE).unwrap();
+            meta.insert(
+                crate::backend::META_SCHEDULED_COMPACT_REV,
+                &3i64.to_be_bytes()[..],
+            )
+            .unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let reopened = Store::open(&t.path).unwrap();
+    assert_eq!(reopened.compact_revision(), 3);
+    assert_eq!(
+        reopened
+            .range(&RangeRequest {
+                key: b("a"),
+                revision: 2,
+                ..Default::default()
+            })
+            .unwrap_err(),
+        MvccError::Compacted
+    );
+    assert_eq!(get(&reopened, "a", "").kvs[0].mod_revision, 3);
+    drop(reopened);
+    // and it is finished for good: the next open has nothing to resume
+    let again = Store::open(&t.path).unwrap();
+    assert_eq!(again.compact_revision(), 3);
+    assert_eq!(again.index_len(), 2);
+}

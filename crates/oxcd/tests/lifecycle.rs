@@ -165,6 +165,9 @@ fn a_data_dir_holding_etcds_bbolt_files_is_refused() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not an oxcd backend"), "{err}");
+    // it names the command that converts the dir
+    let convert = format!("oxctl migrate --data-dir {}", dir.path().display());
+    assert!(err.contains(&convert), "{err}");
     assert_eq!(
         fs::read(snap.join("db")).unwrap(),
         page,

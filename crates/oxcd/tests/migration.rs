@@ -989,3 +989,168 @@ async fn a_three_member_oxcd_cluster_moves_back_to_etcd_3_5_16() {
         diffs.join("\n")
     );
 }
+
+/// `oxctl migrate` of a stopped etcd member (issue 19, item 3): etcd
+/// (`bin`) runs the history with a backend that commits only when it must
+/// (a snapshot, its stop) and is killed with -9, so that its WAL holds
+/// committed entries above the backend's consistent index. A copy of the
+/// dir is restarted by the same etcd (which replays them); the dir itself
+/// is migrated in place and started as oxcd, which must replay them too
+/// and answer alike: every range, HashKV, watch, lease, user, role and
+/// alarm, the member and cluster IDs, the membership, the passwords.
+/// `snapshot_count` small makes etcd write raft snapshots, so the log
+/// starts from one; etcd 3.4 with the default keeps its whole log, with
+/// its v2 publish of the member's attributes.
+async fn etcd_dir_migrates(version: &str, (bin, etcdctl): (&str, &str), snapshot_count: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd_dir = dir.path().join("etcd");
+    let mut etcd = testkit::start_reference_etcd_with(
+        bin,
+        &etcd_dir,
+        "http",
+        &[
+            "--snapshot-count",
+            snapshot_count,
+            "--backend-batch-interval",
+            "1h",
+            "--backend-batch-limit",
+            "1000000",
+        ],
+    )
+    .expect("etcd");
+    let mut c = client(std::slice::from_ref(&etcd.endpoint)).await;
+    let h = load_history(&mut c).await;
+    drop(c);
+    let source_ids = run(
+        etcdctl,
+        &[
+            "--endpoints",
+            etcd.host_port(),
+            "endpoint",
+            "status",
+            "-w",
+            "json",
+        ],
+    );
+    // never under a running etcd
+    let running = oxctl(&["migrate", "--data-dir", etcd_dir.to_str().unwrap()]).unwrap_err();
+    assert!(running.contains("etcd is still running"), "{running}");
+    etcd.kill9();
+    // oxcd refuses etcd's dir, naming the command that converts it
+    let mut refused = testkit::Process::launch_oxcd(&testkit::oxcd_bin(), &etcd_dir, &[]);
+    let status = refused.wait_exit(Duration::from_secs(30));
+    assert!(status.is_some_and(|s| !s.success()), "oxcd on an etcd dir");
+    assert!(
+        refused.log_text().contains("oxctl migrate --data-dir"),
+        "{}",
+        refused.log_text()
+    );
+
+    // running etcd's lock is gone with it; a copy for the reference
+    let twin_dir = dir.path().join("twin");
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(&etcd_dir)
+        .arg(&twin_dir)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+
+    let report = oxctl(&["migrate", "--data-dir", etcd_dir.to_str().unwrap()])
+        .unwrap_or_else(|e| panic!("oxctl migrate: {e}"));
+    let replayed: u64 = report
+        .split("a start applies ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no replay count in {report:?}"));
+    assert!(
+        replayed > 0,
+        "the test needs entries above the consistent index: {report}"
+    );
+    assert!(etcd_dir.join("member.etcd/snap/db").exists(), "{report}");
+    // a second run refuses: the dir is oxcd's now
+    let again = oxctl(&["migrate", "--data-dir", etcd_dir.to_str().unwrap()]).unwrap_err();
+    assert!(again.contains("oxcd data dir already"), "{again}");
+
+    let oxcd =
+        testkit::Process::start_oxcd(&testkit::oxcd_bin(), &etcd_dir, &["--name", "default"]);
+    let twin = testkit::start_reference_etcd(bin, &twin_dir).expect("etcd");
+
+    let source = format!("etcd {version} (restarted on a copy)");
+    let want = observe(&twin.endpoint, &h).await;
+    check_reference(&want, &h);
+    let got = observe(&oxcd.endpoint, &h).await;
+    // etcd 3.4 refuses HashKV at the compaction's revision (its rule is
+    // `rev <= compactRev`); 3.5.16 and oxcd answer it
+    let at_compact = hash_at(h.compact);
+    let mut diffs: Vec<String> = differences(&source, &want, "oxcd (migrated)", &got)
+        .into_iter()
+        .filter(|d| version != "3.4.23" || d.what != at_compact)
+        .map(|d| d.text)
+        .collect();
+
+    // the same member of the same cluster, with the same membership
+    let ids = |status: &str| {
+        let v: serde_json::Value = serde_json::from_str(status.trim()).unwrap();
+        let header = &v[0]["Status"]["header"];
+        (header["cluster_id"].clone(), header["member_id"].clone())
+    };
+    let theirs = ids(&source_ids);
+    let ours = ids(&run(
+        ETCD_3516.1,
+        &[
+            "--endpoints",
+            oxcd.host_port(),
+            "endpoint",
+            "status",
+            "-w",
+            "json",
+        ],
+    ));
+    if theirs != ours {
+        diffs.push(format!(
+            "(cluster ID, member ID): etcd {theirs:?}, oxcd {ours:?}"
+        ));
+    }
+    let members = |endpoint: &str| {
+        let out = run(
+            ETCD_3516.1,
+            &["--endpoints", endpoint, "member", "list", "-w", "json"],
+        );
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        v["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["ID"].clone(), m["name"].clone(), m["peerURLs"].clone()))
+            .collect::<Vec<_>>()
+    };
+    let (want_members, got_members) = (members(twin.host_port()), members(oxcd.host_port()));
+    if want_members != got_members {
+        diffs.push(format!(
+            "member list: etcd {want_members:?}, oxcd {got_members:?}"
+        ));
+    }
+    diffs.extend(passwords_agree(&twin.endpoint, std::slice::from_ref(&oxcd.endpoint)).await);
+    assert!(
+        diffs.is_empty(),
+        "{source} → oxcd by oxctl migrate: {} differences:\n{}",
+        diffs.len(),
+        diffs.join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_etcd_3_5_16_member_is_migrated_in_place() {
+    if installed(&[ETCD_3516.0, ETCD_3516.1]) {
+        etcd_dir_migrates("3.5.16", ETCD_3516, "25").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_etcd_3_4_23_member_is_migrated_in_place() {
+    if installed(&[ETCD_34.0, ETCD_34.1, ETCD_3516.1]) {
+        etcd_dir_migrates("3.4.23", ETCD_34, "100000").await;
+    }
+}

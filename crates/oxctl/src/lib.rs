@@ -6,6 +6,8 @@
 //! * `oxctl snapshot restore FILE --name N --data-dir D --initial-cluster ...
 //!   --initial-cluster-token T --initial-advertise-peer-urls U [--skip-hash-check]`
 //! * `oxctl defrag --data-dir D`, `oxctl version`
+//! * `oxctl migrate --data-dir D`: a stopped etcd member's data dir becomes
+//!   an oxcd one in place, etcd's files kept beside it ([`migrate`])
 //! * beyond etcdutl 3.5: `oxctl hashkv --data-dir D [--rev R]` (3.6 has it)
 //!   and `oxctl check --data-dir D` (the WAL's and backend's checksums, and
 //!   what a start would do)
@@ -16,6 +18,8 @@
 //! [`snapshot::restore`].
 
 pub mod datadir;
+pub mod etcd_dir;
+pub mod migrate;
 pub mod snapshot;
 
 use std::ffi::OsString;
@@ -97,6 +101,14 @@ enum Command {
         #[arg(long)]
         data_dir: PathBuf,
     },
+    /// Converts a stopped etcd 3.4 or 3.5 member's data dir into an oxcd data
+    /// dir for the same member, in place; etcd's files are kept in
+    /// member.etcd for the way back.
+    Migrate {
+        /// Data directory of the etcd member (stop etcd first).
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
     /// Prints the version of oxctl.
     Version,
 }
@@ -143,6 +155,10 @@ where
             out.write_all(datadir::hashkv(&data_dir, rev, cli.write_out)?.as_bytes())?
         }
         Command::Check { data_dir } => out.write_all(datadir::check(&data_dir)?.as_bytes())?,
+        Command::Migrate { data_dir } => {
+            let migrated = migrate::migrate(&data_dir)?;
+            out.write_all(migrate::report(&data_dir, &migrated).as_bytes())?
+        }
         Command::Version => out.write_all(
             format!(
                 "oxctl version: {}\nAPI version: 3.5\n",

@@ -446,7 +446,7 @@ pub(crate) mod testwal {
     /// frame bytes and the CRC it ends with.
     pub fn segment(records: &[(i64, Vec<u8>)], mut crc: u32) -> (Vec<u8>, u32) {
         let mut out = Vec::new();
-        let mut frame = |record: WalRecord, out: &mut Vec<u8>| {
+        let frame = |record: WalRecord, out: &mut Vec<u8>| {
             let body = record.encode_to_vec();
             let pad = (8 - body.len() % 8) % 8;
             let mut len = body.len() as u64;
@@ -518,11 +518,12 @@ mod tests {
     use super::*;
 
     fn e(index: u64, term: u64, data: &[u8]) -> Entry {
-        let mut e = Entry::default();
-        e.index = index;
-        e.term = term;
-        e.data = data.to_vec().into();
-        e
+        Entry {
+            index,
+            term,
+            data: data.to_vec().into(),
+            ..Default::default()
+        }
     }
 
     fn write_wal(dir: &Path, segments: &[Vec<(i64, Vec<u8>)>]) -> Vec<PathBuf> {
@@ -540,10 +541,11 @@ mod tests {
     }
 
     fn hs(term: u64, commit: u64) -> HardState {
-        let mut h = HardState::default();
-        h.term = term;
-        h.commit = commit;
-        h
+        HardState {
+            term,
+            commit,
+            ..Default::default()
+        }
     }
 
     #[test]

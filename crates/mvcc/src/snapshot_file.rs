@@ -407,6 +407,45 @@ impl SnapshotFile {
     }
 }
 
+/// etcdutl 3.5.16's `snapshot restore --bump-revision N --mark-compacted`
+/// on a restored backend at `path`: an empty record at revision latest + N
+/// in the key table (etcd puts an empty value under that revision key)
+/// and a compaction scheduled at it, which the member's first open
+/// carries out (as etcd's start resumes it). Clients that watched or read
+/// the old cluster then see revisions go on increasing and are told their
+/// old revisions are compacted. Returns (latest, new latest).
+pub fn bump_revision(path: &Path, amount: u64) -> Result<(i64, i64), MvccError> {
+    let amount = i64::try_from(amount)
+        .map_err(|_| MvccError::Corrupt(format!("a revision bump of {amount} overflows")))?;
+    let db = crate::backend::open_database(path)?;
+    let mut txn = db.begin_write().map_err(backend_error)?;
+    txn.set_durability(Durability::Immediate)
+        .map_err(backend_error)?;
+    let (latest, bumped) = {
+        let mut keys = txn.open_table(KEY_TABLE).map_err(backend_error)?;
+        let latest = match keys.last().map_err(backend_error)? {
+            Some((k, _)) => RevisionKey::parse(k.value())?.0.main,
+            None => 0,
+        };
+        let bumped = latest
+            .checked_add(amount)
+            .ok_or_else(|| MvccError::Corrupt(format!("revision {latest} + {amount} overflows")))?;
+        let key = RevisionKey::new(crate::revision::Revision::new(bumped, 0), false);
+        let record = crate::backend::seal(Vec::new());
+        keys.insert(key.as_slice(), &record[..])
+            .map_err(backend_error)?;
+        let mut meta = txn.open_table(META_TABLE).map_err(backend_error)?;
+        meta.insert(
+            crate::backend::META_SCHEDULED_COMPACT_REV,
+            &bumped.to_be_bytes()[..],
+        )
+        .map_err(backend_error)?;
+        (latest, bumped)
+    };
+    txn.commit().map_err(backend_error)?;
+    Ok((latest, bumped))
+}
+
 fn open_optional<K: redb::Key + 'static, V: redb::Value + 'static>(
     txn: &redb::ReadTransaction,
     table: TableDefinition<K, V>,

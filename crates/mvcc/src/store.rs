@@ -137,8 +137,10 @@ impl Store {
         };
         if let Some(revision) = scheduled {
             // etcd's restore: "resume scheduled compaction"
-            let consistent_index = store.consistent_index();
-            store.compact(revision, consistent_index)?;
+            {
+                let _writer = store.writer.lock();
+                store.compact_locked_hashing(revision, false)?;
+            }
             store.commit(true)?;
             tracing::info!(
                 "scheduled-compact-revision" = revision,
@@ -325,12 +327,19 @@ impl Store {
 
     /// [`Store::compact`] without the index, under the caller's writer lock.
     pub(crate) fn compact_locked(&self, revision: i64) -> Result<(), MvccError> {
+        self.compact_locked_hashing(revision, true)
+    }
+
+    /// [`Store::compact_locked`]; `hash` false skips etcd's compaction
+    /// hash, as etcd skips it when the previous compaction was interrupted
+    /// (a resumed one: etcd-io/etcd#15919).
+    fn compact_locked_hashing(&self, revision: i64, hash: bool) -> Result<(), MvccError> {
         // The file as it stands before the compaction (the caller holds the
         // writer lock: nothing changes it meanwhile), for etcd's
         // compaction hash, hashed off this thread.
         let before = {
             let state = self.state.read();
-            (revision > state.compact_revision && revision <= state.current_revision)
+            (hash && revision > state.compact_revision && revision <= state.current_revision)
                 .then_some(state.compact_revision)
         };
         let pending_hash =

@@ -769,25 +769,34 @@ async fn passwords_agree(reference: &str, endpoints: &[String]) -> Vec<String> {
 /// `etcdutl snapshot restore` (3.5.16) of `snapshot` into `data_dir` as a
 /// new one-member cluster, and etcd 3.5.16 started on it.
 fn restore_etcd(snapshot: &Path, data_dir: &Path) -> Process {
+    restore_etcd_with(snapshot, data_dir, &[])
+}
+
+/// [`restore_etcd`] with `extra` flags to etcdutl's restore.
+fn restore_etcd_with(snapshot: &Path, data_dir: &Path, extra: &[&str]) -> Process {
     let peer = format!("http://127.0.0.1:{}", testkit::free_port());
     let initial_cluster = format!("restored={peer}");
     run(
         ETCDUTL_3516,
         &[
-            "snapshot",
-            "restore",
-            snapshot.to_str().unwrap(),
-            "--name",
-            "restored",
-            "--data-dir",
-            data_dir.to_str().unwrap(),
-            "--initial-cluster",
-            &initial_cluster,
-            "--initial-cluster-token",
-            "etcd-cluster",
-            "--initial-advertise-peer-urls",
-            &peer,
-        ],
+            &[
+                "snapshot",
+                "restore",
+                snapshot.to_str().unwrap(),
+                "--name",
+                "restored",
+                "--data-dir",
+                data_dir.to_str().unwrap(),
+                "--initial-cluster",
+                &initial_cluster,
+                "--initial-cluster-token",
+                "etcd-cluster",
+                "--initial-advertise-peer-urls",
+                &peer,
+            ],
+            extra,
+        ]
+        .concat(),
     );
     // the restored name and peer URL (the helper's own peer flags come
     // first; etcd takes the last of a repeated flag)
@@ -1153,4 +1162,102 @@ async fn a_stopped_etcd_3_4_23_member_is_migrated_in_place() {
     if installed(&[ETCD_34.0, ETCD_34.1, ETCD_3516.1]) {
         etcd_dir_migrates("3.4.23", ETCD_34, "100000").await;
     }
+}
+
+/// etcdutl 3.5.16's `snapshot restore --bump-revision N --mark-compacted`
+/// and oxctl's, of the same etcd snapshot: both servers start at the
+/// bumped revision with everything below it compacted (reads, watches and
+/// HashKV alike), and the next write takes the revision after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_bumps_the_revision_and_marks_it_compacted_as_etcdutl_does() {
+    if !installed(&[ETCD_3516.0, ETCD_3516.1, ETCDUTL_3516]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let source = testkit::start_reference_etcd(ETCD_3516.0, &dir.path().join("etcd")).unwrap();
+    let h = load_history(&mut client(std::slice::from_ref(&source.endpoint)).await).await;
+    let snapshot = dir.path().join("etcd.db");
+    save(ETCD_3516.1, source.host_port(), &snapshot);
+    let bump = ["--bump-revision", "1000", "--mark-compacted"];
+    let etcd = restore_etcd_with(&snapshot, &dir.path().join("restored"), &bump);
+    let data = dir.path().join("oxcd");
+    let peer = format!("http://127.0.0.1:{}", testkit::free_port());
+    oxctl(
+        &[
+            &[
+                "snapshot",
+                "restore",
+                snapshot.to_str().unwrap(),
+                "--name",
+                "restored",
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--initial-cluster",
+                &format!("restored={peer}"),
+                "--initial-advertise-peer-urls",
+                &peer,
+            ][..],
+            &bump,
+        ]
+        .concat(),
+    )
+    .unwrap();
+    let oxcd = testkit::Process::start_oxcd(
+        &testkit::oxcd_bin(),
+        &data,
+        &[
+            "--name",
+            "restored",
+            "--initial-cluster",
+            &format!("restored={peer}"),
+        ],
+    );
+
+    async fn answers(endpoint: &str, h: &History) -> Vec<String> {
+        let mut c = client(&[endpoint.to_string()]).await;
+        let mut out = Vec::new();
+        let r = c.get("a", None).await.unwrap();
+        out.push(format!(
+            "get a: revision {} {:?}",
+            rev_of(r.header()),
+            r.kvs().iter().map(row).collect::<Vec<_>>()
+        ));
+        for rev in [h.last, h.last + 999, h.last + 1000] {
+            let r = c.get("a", Some(GetOptions::new().with_revision(rev))).await;
+            out.push(format!(
+                "get a at {rev}: {:?}",
+                r.map(|r| r.kvs().iter().map(row).collect::<Vec<_>>())
+                    .map_err(message)
+            ));
+        }
+        for rev in [0, h.last + 1000] {
+            let r = c.hash_kv(rev).await;
+            out.push(format!(
+                "hashkv at {rev}: {:?}",
+                r.map(|r| (r.hash(), r.compact_version(), rev_of(r.header())))
+                    .map_err(message)
+            ));
+        }
+        let w = watch_from(&mut c, h.last, h.last + 1001).await;
+        out.push(format!("watch from {}: {w:?}", h.last));
+        // the history's NOSPACE alarm came along: disarmed, writes go on
+        let mut options = AlarmOptions::new();
+        options.with_member(ALARM_MEMBER);
+        c.alarm(AlarmAction::Deactivate, AlarmType::Nospace, Some(options))
+            .await
+            .unwrap();
+        let r = c.put("next", "1", None).await.unwrap();
+        out.push(format!("put: revision {}", rev_of(r.header())));
+        out
+    }
+    let want = answers(&etcd.endpoint, &h).await;
+    assert!(
+        want[0].contains(&format!("revision {}", h.last + 1000)),
+        "{want:?}"
+    );
+    let got = answers(&oxcd.endpoint, &h).await;
+    assert_eq!(
+        got, want,
+        "oxctl (left) and etcdutl 3.5.16 (right) restores with a revision bump"
+    );
 }

@@ -413,7 +413,7 @@ fn restore_refuses_a_snapshot_with_a_flipped_byte() {
     ])
     .unwrap_err();
     assert!(
-        err.starts_with("data-dir \"") && err.ends_with("\" exists"),
+        err.starts_with("data-dir \"") && err.ends_with("\" not empty or could not be read"),
         "{err}"
     );
 }

@@ -138,6 +138,20 @@ enum SnapshotCommand {
         /// Ignore snapshot integrity hash value (required if copied from data directory).
         #[arg(long)]
         skip_hash_check: bool,
+        /// Path to the WAL directory (use --data-dir if none given).
+        #[arg(long)]
+        wal_dir: Option<PathBuf>,
+        /// Initial memory map size of the database in bytes (accepted for
+        /// etcdutl's sake: oxcd's backend maps no memory).
+        #[arg(long, default_value_t = 0)]
+        initial_memory_map_size: u64,
+        /// How much to increase the latest revision after restore.
+        #[arg(long, default_value_t = 0)]
+        bump_revision: u64,
+        /// Mark the latest revision after restore as the point of scheduled
+        /// compaction (required if --bump-revision > 0, disallowed otherwise).
+        #[arg(long)]
+        mark_compacted: bool,
     },
 }
 
@@ -178,7 +192,16 @@ where
             initial_cluster_token,
             initial_advertise_peer_urls,
             skip_hash_check,
+            wal_dir,
+            initial_memory_map_size: _,
+            bump_revision,
+            mark_compacted,
         }) => {
+            if (bump_revision == 0) == mark_compacted {
+                return Err(CliError::Failed(
+                    "--mark-compacted required if --revision-bump > 0".into(),
+                ));
+            }
             let data_dir = data_dir.unwrap_or_else(|| PathBuf::from(format!("{name}.oxcd")));
             snapshot::restore(&snapshot::RestoreConfig {
                 snapshot_path: filename,
@@ -188,6 +211,8 @@ where
                 initial_cluster,
                 initial_cluster_token,
                 skip_hash_check,
+                wal_dir,
+                bump_revision,
             })?;
         }
     }

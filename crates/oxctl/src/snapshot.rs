@@ -106,6 +106,10 @@ pub struct RestoreConfig {
     pub initial_cluster: String,
     pub initial_cluster_token: String,
     pub skip_hash_check: bool,
+    /// The WAL's own directory (etcd's `--wal-dir`); None: `member/wal`.
+    pub wal_dir: Option<PathBuf>,
+    /// `--bump-revision` (with `--mark-compacted`): 0 for none.
+    pub bump_revision: u64,
 }
 
 fn log(msg: &str, fields: &[(&str, String)]) {
@@ -158,15 +162,25 @@ fn new_members(cfg: &RestoreConfig) -> Result<(Member, Vec<Member>), CliError> {
 /// Builds a new data dir from a snapshot file (see the module doc).
 pub fn restore(cfg: &RestoreConfig) -> Result<(), CliError> {
     let (own, members) = new_members(cfg)?;
-    if cfg.data_dir.exists() {
+    let empty = |dir: &Path| std::fs::read_dir(dir).is_ok_and(|mut rd| rd.next().is_none());
+    if cfg.data_dir.exists() && !empty(&cfg.data_dir) {
         return Err(CliError::Failed(format!(
-            "data-dir {:?} exists",
+            "data-dir {:?} not empty or could not be read",
             cfg.data_dir.display().to_string()
+        )));
+    }
+    if let Some(wal_dir) = cfg.wal_dir.as_ref().filter(|w| w.exists()) {
+        return Err(CliError::Failed(format!(
+            "wal-dir {:?} exists",
+            wal_dir.display().to_string()
         )));
     }
     let member_dir = cfg.data_dir.join("member");
     let snap_dir = member_dir.join("snap");
-    let wal_dir = member_dir.join("wal");
+    let wal_dir = cfg
+        .wal_dir
+        .clone()
+        .unwrap_or_else(|| member_dir.join("wal"));
     log(
         "restoring snapshot",
         &[
@@ -183,25 +197,39 @@ pub fn restore(cfg: &RestoreConfig) -> Result<(), CliError> {
     let staging = staging_dir(&cfg.data_dir);
     let _ = std::fs::remove_dir_all(&staging);
     let staged_member = staging.join("member");
+    // a WAL of its own is staged beside its final place (another disk,
+    // perhaps: a rename does not cross file systems)
+    let staged_wal = match &cfg.wal_dir {
+        Some(wal_dir) => staging_dir(wal_dir),
+        None => staged_member.join("wal"),
+    };
+    let _ = std::fs::remove_dir_all(&staged_wal);
     let result = write_data_dir(
         &snapshot,
         &own,
         &members,
         &staged_member.join("snap"),
-        &staged_member.join("wal"),
+        &staged_wal,
+        cfg.bump_revision,
     )
     .and_then(|()| {
         sync_dir(&staged_member.join("snap"))?;
+        sync_dir(&staged_wal)?;
         sync_dir(&staged_member)?;
         sync_dir(&staging)?;
-        std::fs::rename(&staging, &cfg.data_dir)?;
-        if let Some(parent) = cfg.data_dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-            sync_dir(parent)?;
+        if let Some(wal_dir) = &cfg.wal_dir {
+            std::fs::rename(&staged_wal, wal_dir)?;
+            sync_parent(wal_dir)?;
         }
+        std::fs::rename(&staging, &cfg.data_dir)?;
+        sync_parent(&cfg.data_dir)?;
         Ok(())
     });
     if let Err(e) = result {
         let _ = std::fs::remove_dir_all(&staging);
+        if cfg.wal_dir.is_some() {
+            let _ = std::fs::remove_dir_all(&staged_wal);
+        }
         return Err(e);
     }
     log(
@@ -224,6 +252,13 @@ fn staging_dir(data_dir: &Path) -> PathBuf {
     data_dir.with_file_name(format!(".{name}.restoring"))
 }
 
+fn sync_parent(path: &Path) -> Result<(), CliError> {
+    match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => sync_dir(parent),
+        None => sync_dir(Path::new(".")),
+    }
+}
+
 fn sync_dir(dir: &Path) -> Result<(), CliError> {
     std::fs::File::open(dir)?.sync_all()?;
     Ok(())
@@ -235,6 +270,7 @@ fn write_data_dir(
     members: &[Member],
     snap_dir: &Path,
     wal_dir: &Path,
+    bump_revision: u64,
 ) -> Result<(), CliError> {
     std::fs::create_dir_all(snap_dir)?;
     #[cfg(unix)]
@@ -249,6 +285,23 @@ fn write_data_dir(
         .map(|m| (m.id, membership::encode(m)))
         .collect();
     let summary = snapshot.restore_to(&snap_dir.join("db"), &records)?;
+    if bump_revision > 0 {
+        let (latest, bumped) =
+            mvcc::snapshot_file::bump_revision(&snap_dir.join("db"), bump_revision)
+                .map_err(|e| CliError::Failed(format!("cannot bump the revision: {e}")))?;
+        log(
+            "bumping latest revision",
+            &[
+                ("latest-revision", latest.to_string()),
+                ("bump-amount", bump_revision.to_string()),
+                ("new-latest-revision", bumped.to_string()),
+            ],
+        );
+        log(
+            "marking revision compacted",
+            &[("revision", bumped.to_string())],
+        );
+    }
     let voters: Vec<u64> = members.iter().map(|m| m.id).collect();
     let cluster_id = membership::cluster_id(&voters);
     let metadata = consensus::wal::Metadata {

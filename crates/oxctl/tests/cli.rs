@@ -243,7 +243,7 @@ fn restore_refuses_damaged_files_and_bad_flags_with_etcdutls_errors() {
         d,
     ]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("exists"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not empty or could not be read"));
 }
 
 #[test]
@@ -324,4 +324,73 @@ fn defrag_hashkv_and_check_work_on_a_stopped_members_data_dir() {
     let missing = oxctl(&["hashkv", "--data-dir", "/nonexistent/dir"]);
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no such file or directory"));
+}
+
+#[test]
+fn restore_takes_etcdutl_3_5_16s_wal_dir_and_revision_bump_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, revision) = snapshot_file(dir.path(), 3);
+    let file = path.to_str().unwrap();
+    let data = dir.path().join("data");
+    let wal = dir.path().join("wal-disk").join("wal");
+    std::fs::create_dir_all(wal.parent().unwrap()).unwrap();
+    let restore = |extra: &[&str]| {
+        let mut args = vec![
+            "snapshot",
+            "restore",
+            file,
+            "--data-dir",
+            data.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        oxctl(&args)
+    };
+    // etcdutl's flag pair, each refused alone, with its message
+    for extra in [&["--bump-revision", "10"][..], &["--mark-compacted"][..]] {
+        let out = restore(extra);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            String::from_utf8_lossy(&out.stderr)
+                .contains("Error: --mark-compacted required if --revision-bump > 0"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!data.exists());
+    }
+    stdout(&restore(&[
+        "--wal-dir",
+        wal.to_str().unwrap(),
+        "--bump-revision",
+        "10",
+        "--mark-compacted",
+        "--initial-memory-map-size",
+        "1000000",
+    ]));
+    // the WAL in its own dir, none under the data dir
+    assert!(std::fs::read_dir(&wal).unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .ends_with(".wal")));
+    assert!(!data.join("member/wal").exists());
+    // the bumped revision, compacted on the first open
+    let store = Store::open(&data.join("member/snap/db")).unwrap();
+    assert_eq!(store.current_revision(), revision + 10);
+    assert_eq!(store.compact_revision(), revision + 10);
+    drop(store);
+    // an existing WAL dir is refused, as etcdutl refuses it
+    let other = dir.path().join("other");
+    let out = oxctl(&[
+        "snapshot",
+        "restore",
+        file,
+        "--data-dir",
+        other.to_str().unwrap(),
+        "--wal-dir",
+        wal.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains(&format!("wal-dir {:?} exists", wal.display().to_string())));
+    assert!(!other.exists());
 }

@@ -106,6 +106,16 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
     Snapshot::parse_from_bytes(body).map_err(|e| e.to_string())
 }
 
+/// The newest snapshot file of `dir` that decodes (its metadata: index,
+/// term, conf state), for offline tools; broken files are set aside as a
+/// start sets them aside.
+pub fn load_newest(dir: &Path) -> Result<Option<Snapshot>, SnapError> {
+    if !dir.exists() {
+        return Ok(None);
+    }
+    Snapshotter::new(dir)?.load_newest()
+}
+
 /// Reads and writes the snapshot files of one member.
 pub(crate) struct Snapshotter {
     dir: PathBuf,

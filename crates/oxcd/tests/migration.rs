@@ -1261,3 +1261,104 @@ async fn restore_bumps_the_revision_and_marks_it_compacted_as_etcdutl_does() {
         "oxctl (left) and etcdutl 3.5.16 (right) restores with a revision bump"
     );
 }
+
+/// `oxctl backup` (etcdutl's legacy offline backup) of a stopped oxcd
+/// member, started with `--force-new-cluster`: the same keys, revisions,
+/// leases and HashKV under a new member and cluster ID, one member, and
+/// writes go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_of_a_stopped_member_starts_as_a_new_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut member = testkit::Process::start_oxcd(
+        &testkit::oxcd_bin(),
+        &data,
+        &["--name", "m", "--snapshot-count", "20"],
+    );
+    let mut c = client(std::slice::from_ref(&member.endpoint)).await;
+    for i in 0..60 {
+        c.put(format!("k/{i:02}"), format!("v{i}"), None)
+            .await
+            .unwrap();
+    }
+    c.delete("k/07", None).await.unwrap();
+    let lease = c.lease_grant(600, None).await.unwrap().id();
+    c.put("leased", "x", Some(PutOptions::new().with_lease(lease)))
+        .await
+        .unwrap();
+    c.compact(30, None).await.unwrap();
+    let last = rev_of(c.put("k/00", "again", None).await.unwrap().header());
+    let before = c.status().await.unwrap();
+    async fn view(c: &mut Client, last: i64) -> Vec<String> {
+        let mut out = Vec::new();
+        for rev in [0, 29, 30, 45, last] {
+            let r = c
+                .get(
+                    "",
+                    Some(GetOptions::new().with_from_key().with_revision(rev)),
+                )
+                .await;
+            out.push(format!(
+                "at {rev}: {:?}",
+                r.map(|r| r.kvs().iter().map(row).collect::<Vec<_>>())
+                    .map_err(message)
+            ));
+        }
+        let h = c.hash_kv(0).await.unwrap();
+        out.push(format!("hashkv {} {}", h.hash(), h.compact_version()));
+        let leases = c.leases().await.unwrap();
+        out.push(format!(
+            "leases {:?}",
+            leases.leases().iter().map(|l| l.id()).collect::<Vec<_>>()
+        ));
+        out
+    }
+    let want = view(&mut c, last).await;
+    drop(c);
+    member
+        .terminate(Duration::from_secs(30))
+        .expect("oxcd stops");
+
+    let backup = dir.path().join("backup");
+    let report = oxctl(&[
+        "backup",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--backup-dir",
+        backup.to_str().unwrap(),
+    ])
+    .unwrap_or_else(|e| panic!("oxctl backup: {e}"));
+    assert!(
+        report.contains("start it with --force-new-cluster"),
+        "{report}"
+    );
+    // the copy is refused on top of itself
+    let again = oxctl(&[
+        "backup",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--backup-dir",
+        backup.to_str().unwrap(),
+    ])
+    .unwrap_err();
+    assert!(again.contains("exists"), "{again}");
+
+    let restored = testkit::Process::start_oxcd(
+        &testkit::oxcd_bin(),
+        &backup,
+        &["--name", "restored", "--force-new-cluster"],
+    );
+    let mut c = client(std::slice::from_ref(&restored.endpoint)).await;
+    let got = view(&mut c, last).await;
+    assert_eq!(got, want, "the backup (left) and the member (right)");
+    let status = c.status().await.unwrap();
+    let header = status.header().unwrap();
+    let old = before.header().unwrap();
+    assert_ne!(header.member_id(), old.member_id());
+    assert_ne!(header.cluster_id(), old.cluster_id());
+    let members = c.member_list().await.unwrap();
+    assert_eq!(members.members().len(), 1, "{:?}", members.members());
+    assert_eq!(members.members()[0].id(), header.member_id());
+    let next = rev_of(c.put("after", "1", None).await.unwrap().header());
+    assert_eq!(next, last + 1);
+}

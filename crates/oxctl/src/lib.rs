@@ -6,6 +6,8 @@
 //! * `oxctl snapshot restore FILE --name N --data-dir D --initial-cluster ...
 //!   --initial-cluster-token T --initial-advertise-peer-urls U [--skip-hash-check]`
 //! * `oxctl defrag --data-dir D`, `oxctl version`
+//! * `oxctl backup --data-dir D --backup-dir B` (etcdutl's legacy backup:
+//!   a copy to start with `--force-new-cluster`, [`backup`])
 //! * `oxctl migrate --data-dir D`: a stopped etcd member's data dir becomes
 //!   an oxcd one in place, etcd's files kept beside it ([`migrate`])
 //! * beyond etcdutl 3.5: `oxctl hashkv --data-dir D [--rev R]` (3.6 has it)
@@ -17,6 +19,7 @@
 //! holds is fixed in [`mvcc::snapshot_file`]; what restore writes is in
 //! [`snapshot::restore`].
 
+pub mod backup;
 pub mod datadir;
 pub mod etcd_dir;
 pub mod migrate;
@@ -109,6 +112,19 @@ enum Command {
         #[arg(long)]
         data_dir: PathBuf,
     },
+    /// [legacy] offline backup of an oxcd directory (prefer: `etcdctl
+    /// snapshot save`): a copy with new IDs, to start with --force-new-cluster.
+    Backup {
+        /// Path to the oxcd data dir.
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// Path to the backup dir.
+        #[arg(long)]
+        backup_dir: PathBuf,
+        /// Backup v3 backend data.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+        with_v3: bool,
+    },
     /// Prints the version of oxctl.
     Version,
 }
@@ -169,6 +185,26 @@ where
             out.write_all(datadir::hashkv(&data_dir, rev, cli.write_out)?.as_bytes())?
         }
         Command::Check { data_dir } => out.write_all(datadir::check(&data_dir)?.as_bytes())?,
+        Command::Backup {
+            data_dir,
+            backup_dir,
+            with_v3,
+        } => {
+            let done = backup::backup(&data_dir, &backup_dir, with_v3)?;
+            out.write_all(
+                format!(
+                    "backed up {} to {} as member {:x} of cluster {:x} ({} entries, {} membership entries emptied); \
+                     start it with --force-new-cluster\n",
+                    data_dir.display(),
+                    backup_dir.display(),
+                    done.member_id,
+                    done.cluster_id,
+                    done.entries,
+                    done.emptied
+                )
+                .as_bytes(),
+            )?
+        }
         Command::Migrate { data_dir } => {
             let migrated = migrate::migrate(&data_dir)?;
             out.write_all(migrate::report(&data_dir, &migrated).as_bytes())?

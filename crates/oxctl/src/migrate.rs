@@ -517,6 +517,12 @@ pub fn migrate(data_dir: &Path) -> Result<Migrated, CliError> {
     let backend = read_backend_meta(&db)?;
     let log =
         etcd_dir::read_log(&wal_dir, &member.join("snap")).map_err(|e| failed(e.to_string()))?;
+    if log.torn_bytes > 0 {
+        eprintln!(
+            "{{\"level\":\"warn\",\"msg\":\"the WAL ends with a torn record, cut as etcd's start cuts it\",\"bytes\":{}}}",
+            log.torn_bytes
+        );
+    }
     let (base_members, removed) = base_membership(&backend, &log)?;
     let plan = plan(&backend, &log, base_members, removed)?;
 

@@ -772,31 +772,39 @@ fn restore_etcd(snapshot: &Path, data_dir: &Path) -> Process {
     restore_etcd_with(snapshot, data_dir, &[])
 }
 
+/// The arguments of a restore of `snapshot` into `data_dir` as member
+/// `restored` at `peer`, then `extra`: etcdutl's and oxctl's alike.
+fn restore_args(snapshot: &Path, data_dir: &Path, peer: &str, extra: &[&str]) -> Vec<String> {
+    let initial_cluster = format!("restored={peer}");
+    [
+        "snapshot",
+        "restore",
+        snapshot.to_str().unwrap(),
+        "--name",
+        "restored",
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+        "--initial-cluster",
+        &initial_cluster,
+        "--initial-cluster-token",
+        "etcd-cluster",
+        "--initial-advertise-peer-urls",
+        peer,
+    ]
+    .iter()
+    .chain(extra)
+    .map(|a| a.to_string())
+    .collect()
+}
+
 /// [`restore_etcd`] with `extra` flags to etcdutl's restore.
 fn restore_etcd_with(snapshot: &Path, data_dir: &Path, extra: &[&str]) -> Process {
     let peer = format!("http://127.0.0.1:{}", testkit::free_port());
     let initial_cluster = format!("restored={peer}");
+    let args = restore_args(snapshot, data_dir, &peer, extra);
     run(
         ETCDUTL_3516,
-        &[
-            &[
-                "snapshot",
-                "restore",
-                snapshot.to_str().unwrap(),
-                "--name",
-                "restored",
-                "--data-dir",
-                data_dir.to_str().unwrap(),
-                "--initial-cluster",
-                &initial_cluster,
-                "--initial-cluster-token",
-                "etcd-cluster",
-                "--initial-advertise-peer-urls",
-                &peer,
-            ],
-            extra,
-        ]
-        .concat(),
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
     );
     // the restored name and peer URL (the helper's own peer flags come
     // first; etcd takes the last of a repeated flag)
@@ -1182,26 +1190,8 @@ async fn restore_bumps_the_revision_and_marks_it_compacted_as_etcdutl_does() {
     let etcd = restore_etcd_with(&snapshot, &dir.path().join("restored"), &bump);
     let data = dir.path().join("oxcd");
     let peer = format!("http://127.0.0.1:{}", testkit::free_port());
-    oxctl(
-        &[
-            &[
-                "snapshot",
-                "restore",
-                snapshot.to_str().unwrap(),
-                "--name",
-                "restored",
-                "--data-dir",
-                data.to_str().unwrap(),
-                "--initial-cluster",
-                &format!("restored={peer}"),
-                "--initial-advertise-peer-urls",
-                &peer,
-            ][..],
-            &bump,
-        ]
-        .concat(),
-    )
-    .unwrap();
+    let args = restore_args(&snapshot, &data, &peer, &bump);
+    oxctl(&args.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
     let oxcd = testkit::Process::start_oxcd(
         &testkit::oxcd_bin(),
         &data,

@@ -124,16 +124,7 @@ fn read_backend_meta(db: &Path) -> Result<BackendMeta, CliError> {
 /// that embeds it): the member, and whether it is a promotion.
 fn parse_member_json(bytes: &[u8]) -> Option<(Member, bool)> {
     let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
-    let strings = |field: &str| -> Option<Vec<String>> {
-        match v.get(field) {
-            None | Some(serde_json::Value::Null) => Some(Vec::new()),
-            Some(serde_json::Value::Array(items)) => items
-                .iter()
-                .map(|i| i.as_str().map(str::to_string))
-                .collect(),
-            Some(_) => None,
-        }
-    };
+    let strings = |field: &str| string_list(&v, field);
     let member = Member {
         id: v.get("id")?.as_u64()?,
         name: v
@@ -150,6 +141,19 @@ fn parse_member_json(bytes: &[u8]) -> Option<(Member, bool)> {
     };
     let promote = v.get("isPromote").and_then(|p| p.as_bool()) == Some(true);
     Some((member, promote))
+}
+
+/// A JSON list of strings in `field` of `v` (Go's nil slice: missing or
+/// null, an empty list); None when it is something else.
+fn string_list(v: &serde_json::Value, field: &str) -> Option<Vec<String>> {
+    match v.get(field) {
+        None | Some(serde_json::Value::Null) => Some(Vec::new()),
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .map(|i| i.as_str().map(str::to_string))
+            .collect(),
+        Some(_) => None,
+    }
 }
 
 /// The members of etcd's v2 store (`/0/members/<id>/raftAttributes` and
@@ -179,14 +183,7 @@ fn members_from_v2_store(json: &[u8]) -> Result<(Vec<Member>, Vec<u64>), CliErro
             let raft = value("raftAttributes").unwrap_or_default();
             let attrs = value("attributes").unwrap_or_default();
             let list = |v: &serde_json::Value, field: &str| -> Vec<String> {
-                v.get(field)
-                    .and_then(|l| l.as_array())
-                    .map(|l| {
-                        l.iter()
-                            .filter_map(|u| u.as_str().map(str::to_string))
-                            .collect()
-                    })
-                    .unwrap_or_default()
+                string_list(v, field).unwrap_or_default()
             };
             members.push(Member {
                 id,
@@ -336,15 +333,7 @@ fn convert_normal(
                                 .and_then(|n| n.as_str())
                                 .unwrap_or_default()
                                 .to_string(),
-                            client_urls: attrs
-                                .get("clientURLs")
-                                .and_then(|l| l.as_array())
-                                .map(|l| {
-                                    l.iter()
-                                        .filter_map(|u| u.as_str().map(str::to_string))
-                                        .collect()
-                                })
-                                .unwrap_or_default(),
+                            client_urls: string_list(&attrs, "clientURLs").unwrap_or_default(),
                         }),
                     }),
                     ..Default::default()

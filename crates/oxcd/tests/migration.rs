@@ -1352,3 +1352,194 @@ async fn a_backup_of_a_stopped_member_starts_as_a_new_cluster() {
     let next = rev_of(c.put("after", "1", None).await.unwrap().header());
     assert_eq!(next, last + 1);
 }
+
+/// The runbook for a whole cluster: a 3-member etcd 3.5.16 cluster under
+/// writes, every member killed with -9 (entries above each backend's
+/// consistent index), each data dir migrated in place, each started as
+/// oxcd with its etcd flags: the same members (IDs, names, peer URLs) and
+/// cluster ID, every acknowledged write, the same HashKV on every member,
+/// and the cluster goes on taking writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_three_member_etcd_cluster_is_migrated_member_by_member() {
+    if !installed(&[ETCD_3516.0, ETCD_3516.1]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let peers: Vec<String> = (0..3)
+        .map(|_| format!("http://127.0.0.1:{}", testkit::free_port()))
+        .collect();
+    let initial_cluster = (0..3)
+        .map(|i| format!("e{i}={}", peers[i]))
+        .collect::<Vec<_>>()
+        .join(",");
+    let data = |i: usize| dir.path().join(format!("e{i}"));
+    // each etcd waits for the others to publish: started together
+    let starts: Vec<_> = (0..3)
+        .map(|i| {
+            let (peer, cluster, data) = (peers[i].clone(), initial_cluster.clone(), data(i));
+            std::thread::spawn(move || {
+                testkit::start_reference_etcd_with(
+                    ETCD_3516.0,
+                    &data,
+                    "http",
+                    &[
+                        "--name",
+                        &format!("e{i}"),
+                        "--listen-peer-urls",
+                        &peer,
+                        "--initial-advertise-peer-urls",
+                        &peer,
+                        "--initial-cluster",
+                        &cluster,
+                        "--snapshot-count",
+                        "40",
+                        "--backend-batch-interval",
+                        "1h",
+                        "--backend-batch-limit",
+                        "1000000",
+                    ],
+                )
+                .expect("etcd 3.5.16")
+            })
+        })
+        .collect();
+    let mut etcds: Vec<Process> = starts.into_iter().map(|t| t.join().unwrap()).collect();
+    let endpoints: Vec<String> = etcds.iter().map(|e| e.endpoint.clone()).collect();
+    let mut c = client(&endpoints).await;
+    for i in 0..100 {
+        c.put(format!("k/{i:03}"), format!("v{i}"), None)
+            .await
+            .unwrap();
+    }
+    let lease = c.lease_grant(900, None).await.unwrap().id();
+    c.put("leased", "x", Some(PutOptions::new().with_lease(lease)))
+        .await
+        .unwrap();
+    c.delete("k/050", None).await.unwrap();
+    c.compact(60, None).await.unwrap();
+    let mut last = 0;
+    for i in 0..20 {
+        last = rev_of(
+            c.put(format!("after/{i}"), "1", None)
+                .await
+                .unwrap()
+                .header(),
+        );
+    }
+    // every member has applied the last write before the kill
+    let mut want_members = Vec::new();
+    for endpoint in &endpoints {
+        let mut m = client(std::slice::from_ref(endpoint)).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while rev_of(m.get("x", None).await.unwrap().header()) < last {
+            assert!(Instant::now() < deadline, "{endpoint} lags");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        want_members = m
+            .member_list()
+            .await
+            .unwrap()
+            .members()
+            .iter()
+            .map(|m| (m.id(), m.name().to_string(), m.peer_urls().to_vec()))
+            .collect::<Vec<_>>();
+    }
+    let want_keys = range(&mut c, GetOptions::new().with_from_key())
+        .await
+        .unwrap();
+    let cluster_id = c.status().await.unwrap().header().unwrap().cluster_id();
+    drop(c);
+    for e in &mut etcds {
+        e.kill9();
+    }
+
+    let mut replayed = 0;
+    for i in 0..3 {
+        let report = oxctl(&["migrate", "--data-dir", data(i).to_str().unwrap()])
+            .unwrap_or_else(|e| panic!("oxctl migrate e{i}: {e}"));
+        replayed += report
+            .split("a start applies ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap();
+    }
+    assert!(
+        replayed > 0,
+        "no member had entries above its consistent index"
+    );
+    let mut members = Vec::new();
+    for i in 0..3 {
+        let client_url = format!("http://127.0.0.1:{}", testkit::free_port());
+        let name = format!("e{i}");
+        let args = [
+            "--name",
+            &name,
+            "--listen-client-urls",
+            &client_url,
+            "--advertise-client-urls",
+            &client_url,
+            "--listen-peer-urls",
+            &peers[i],
+            "--initial-advertise-peer-urls",
+            &peers[i],
+            "--initial-cluster",
+            &initial_cluster,
+        ];
+        members.push(testkit::Process::launch_oxcd_args(
+            &testkit::oxcd_bin(),
+            &data(i),
+            &client_url,
+            &args,
+        ));
+    }
+    for m in &members {
+        assert!(
+            m.wait_for_log("ready to serve client requests", Duration::from_secs(60))
+                .is_some(),
+            "{}",
+            m.log_text()
+        );
+    }
+    let endpoints: Vec<String> = members.iter().map(|m| m.endpoint.clone()).collect();
+    let mut c = client(&endpoints).await;
+    let next = rev_of(c.put("after/oxcd", "1", None).await.unwrap().header());
+    assert_eq!(next, last + 1);
+    let mut hashes = Vec::new();
+    for endpoint in &endpoints {
+        let mut m = client(std::slice::from_ref(endpoint)).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while rev_of(m.get("x", None).await.unwrap().header()) < next {
+            assert!(Instant::now() < deadline, "{endpoint} lags");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let got = range(
+            &mut m,
+            GetOptions::new().with_from_key().with_revision(last),
+        )
+        .await
+        .unwrap();
+        assert_eq!(got.kvs, want_keys.kvs, "{endpoint}: keys at {last}");
+        let status = m.status().await.unwrap();
+        assert_eq!(status.header().unwrap().cluster_id(), cluster_id);
+        let got_members: Vec<_> = m
+            .member_list()
+            .await
+            .unwrap()
+            .members()
+            .iter()
+            .map(|m| (m.id(), m.name().to_string(), m.peer_urls().to_vec()))
+            .collect();
+        assert_eq!(got_members, want_members, "{endpoint}: members");
+        let h = m.hash_kv(next).await.unwrap();
+        hashes.push((h.hash(), h.compact_version()));
+        assert_eq!(
+            m.get("k/001", Some(GetOptions::new().with_revision(59)))
+                .await
+                .map_err(message)
+                .unwrap_err(),
+            "OutOfRange: etcdserver: mvcc: required revision has been compacted"
+        );
+    }
+    assert!(hashes.windows(2).all(|w| w[0] == w[1]), "{hashes:?}");
+}

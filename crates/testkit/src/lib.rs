@@ -83,6 +83,22 @@ impl Process {
         Process::spawn(cmd, data_dir)
     }
 
+    /// Starts oxcd on `data_dir` with exactly `args` besides `--data-dir`
+    /// (every URL given by the caller), without waiting for anything;
+    /// `endpoint` is `client_url`.
+    pub fn launch_oxcd_args(
+        bin: &Path,
+        data_dir: &Path,
+        client_url: &str,
+        args: &[&str],
+    ) -> Process {
+        let mut cmd = Command::new(bin);
+        cmd.arg("--data-dir").arg(data_dir).args(args);
+        let mut p = Process::spawn(cmd, data_dir);
+        p.endpoint = client_url.to_string();
+        p
+    }
+
     /// Starts oxcd listening for clients on `client_urls` (the comma-separated
     /// `--listen-client-urls`, advertised as given) with `cwd` as its working
     /// directory (where a relative `unix://` socket path is), without waiting

@@ -1469,7 +1469,7 @@ async fn a_stopped_three_member_etcd_cluster_is_migrated_member_by_member() {
         "no member had entries above its consistent index"
     );
     let mut members = Vec::new();
-    for i in 0..3 {
+    for (i, peer) in peers.iter().enumerate() {
         let client_url = format!("http://127.0.0.1:{}", testkit::free_port());
         let name = format!("e{i}");
         let args = [
@@ -1480,9 +1480,9 @@ async fn a_stopped_three_member_etcd_cluster_is_migrated_member_by_member() {
             "--advertise-client-urls",
             &client_url,
             "--listen-peer-urls",
-            &peers[i],
+            peer,
             "--initial-advertise-peer-urls",
-            &peers[i],
+            peer,
             "--initial-cluster",
             &initial_cluster,
         ];

@@ -448,3 +448,91 @@ fn read_auth<R: std::io::Read + std::io::Seek>(
     }
     Ok(auth)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn revision_key(main: i64) -> Vec<u8> {
+        eb::revision_key(main)
+    }
+
+    fn record(key: &str, value: &[u8], rev: i64) -> Vec<u8> {
+        api::mvccpb::KeyValue {
+            key: key.as_bytes().to_vec().into(),
+            value: value.to_vec().into(),
+            create_revision: rev,
+            mod_revision: rev,
+            version: 1,
+            lease: 0,
+        }
+        .encode_to_vec()
+    }
+
+    /// An etcd-shaped bbolt file: `key` holds `records`, plus buckets
+    /// etcd does not have.
+    fn etcd_file(path: &Path, records: &[(Vec<u8>, Vec<u8>)]) {
+        let mut w = bbolt::Writer::create(path, bbolt::WriterOptions::default()).unwrap();
+        w.begin_bucket(b"alarm").unwrap();
+        w.begin_bucket(b"b-unknown").unwrap();
+        w.put(b"x", b"y").unwrap();
+        w.begin_bucket(eb::KEY.as_bytes()).unwrap();
+        for (k, v) in records {
+            w.put(k, v).unwrap();
+        }
+        w.begin_bucket(eb::META.as_bytes()).unwrap();
+        w.begin_bucket(b"zzz-unknown").unwrap();
+        w.put(b"x", &[7u8; 10_000]).unwrap();
+        w.finish().unwrap();
+    }
+
+    #[test]
+    fn unknown_buckets_are_ignored_and_huge_values_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("etcd.db");
+        let huge = vec![0x5au8; 3 << 20];
+        etcd_file(
+            &src,
+            &[
+                (revision_key(2), record("a", b"1", 2)),
+                (revision_key(3), record("huge", &huge, 3)),
+            ],
+        );
+        let dest = dir.path().join("db");
+        let summary = restore_from_bbolt(&src, &dest, &[]).unwrap();
+        assert_eq!((summary.revision, summary.keys_records), (3, 2));
+        let store = Store::open(&dest).unwrap();
+        let got = store
+            .range(&api::etcdserverpb::RangeRequest {
+                key: b"huge".to_vec().into(),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(got.kvs[0].value.len(), huge.len());
+    }
+
+    #[test]
+    fn records_that_are_not_etcds_are_refused_with_their_revision() {
+        let dir = tempfile::tempdir().unwrap();
+        for (records, want) in [
+            (
+                vec![(revision_key(2), b"\xff\xff\xff".to_vec())],
+                "the record at revision 2 does not decode",
+            ),
+            (
+                vec![(b"short".to_vec(), record("a", b"1", 2))],
+                "bad revision key",
+            ),
+        ] {
+            let src = dir.path().join("bad.db");
+            let _ = std::fs::remove_file(&src);
+            etcd_file(&src, &records);
+            let dest = dir.path().join("out");
+            let _ = std::fs::remove_file(&dest);
+            let e = restore_from_bbolt(&src, &dest, &[])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{e}");
+        }
+    }
+}

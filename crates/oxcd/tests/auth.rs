@@ -166,6 +166,8 @@ async fn simple_tokens_are_valid_on_every_member_and_a_member_catches_up_by_snap
 
     // Member 2 misses an auth change and 100 writes, then catches up.
     cluster.stop(2);
+    // if it led, the change below would meet the election ("leader changed")
+    common::leader(&cluster).await;
     let e1 = cluster.endpoint(1);
     must(
         &e1,

@@ -6,6 +6,8 @@
 # with each tool's own (`oxctl snapshot restore` / `etcdutl snapshot
 # restore`, with its peak RSS from /usr/bin/time). Both snapshot files are
 # also checked by `etcdutl snapshot status` (bbolt's consistency check).
+# Last, the stopped etcd member's data dir is converted in place by `oxctl
+# migrate` (timed, with its peak RSS) and served by oxcd (every key counted).
 #
 #   bench/snapshot.sh [--keys N] [--rounds R]
 #
@@ -94,6 +96,31 @@ for ((r = 1; r <= rounds; r++)); do
       || { echo "snapshot.sh: $server: restore failed:"; cat "$work/restore.err"; exit 1; } >&2
     t3=$(now)
     restore_rss=$(tail -n 1 "$work/time.out")
+    if [ "$server" = etcd ]; then
+      # the stopped etcd member converted in place, then served by oxcd
+      t4=$(now)
+      /usr/bin/time -f "%M" -o "$work/time.out" "$OXCTL" migrate --data-dir "$work/data" \
+        >"$work/migrate.out" 2>"$work/migrate.err" \
+        || { echo "snapshot.sh: migrate failed:"; cat "$work/migrate.err"; exit 1; } >&2
+      t5=$(now)
+      migrate_rss=$(tail -n 1 "$work/time.out")
+      "$OXCD" --name bench --data-dir "$work/data" \
+        --listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
+        --listen-peer-urls "http://127.0.0.1:$((port + 1))" \
+        --initial-advertise-peer-urls "http://127.0.0.1:$((port + 1))" \
+        --initial-cluster "bench=http://127.0.0.1:$((port + 1))" >"$work/migrated.log" 2>&1 &
+      pid=$!
+      "$OXBENCH" --endpoints "127.0.0.1:$port" health --timeout 120s >/dev/null
+      t6=$(now)
+      served=$("$ETCDCTL" --endpoints "127.0.0.1:$port" get "" --from-key --count-only -w fields \
+        | awk '/"Count"/ {print $3}')
+      kill -TERM "$pid"; wait "$pid" 2>/dev/null || true; pid=""
+      [ "$served" = "$keys" ] || { echo "snapshot.sh: the migrated member serves $served keys, not $keys" >&2; exit 1; }
+      echo "etcd migrate_s $(secs "$t4" "$t5")" >>"$results"
+      echo "etcd migrate_rss_mb $((migrate_rss / 1024))" >>"$results"
+      echo "etcd migrated_start_s $(secs "$t5" "$t6")" >>"$results"
+      echo "round $r: oxctl migrate of the stopped etcd member: $(secs "$t4" "$t5") s (peak $((migrate_rss / 1024)) MB), oxcd serving its $served keys $(secs "$t5" "$t6") s later" >&2
+    fi
     echo "$server save_s $(secs "$t0" "$t1")" >>"$results"
     echo "$server save_rss_delta_mb $(((peak - before) / 1024))" >>"$results"
     echo "$server save_rss_peak_mb $((peak / 1024))" >>"$results"
@@ -126,4 +153,8 @@ for title, metric in rows:
     ratio = f"{o / e:.2f}x" if o is not None and e else "-"
     fmt = lambda v: "-" if v is None else f"{v:,.2f}"
     print(f"{title:36} {fmt(o):>8} {fmt(e):>12} {ratio:>10}")
+if med("migrate_s", "etcd") is not None:
+    print(f"oxctl migrate of the stopped etcd member: {med('migrate_s', 'etcd'):.2f} s, "
+          f"peak RSS {med('migrate_rss_mb', 'etcd'):.0f} MB; oxcd ready on it "
+          f"{med('migrated_start_s', 'etcd'):.2f} s later")
 EOF

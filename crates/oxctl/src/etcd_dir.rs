@@ -272,8 +272,27 @@ fn load_snapshot(
 }
 
 /// Reads the WAL of `wal_dir` and the snapshot files of `snap_dir` as an
-/// etcd start would, without writing anything.
+/// etcd start would, without writing anything. Memory: one segment and
+/// the entries above the snapshot (those below it are not kept).
 pub fn read_log(wal_dir: &Path, snap_dir: &Path) -> Result<EtcdLog, EtcdDirError> {
+    // entries at or below the newest snapshot file are not kept while
+    // reading; if the WAL does not record that snapshot (etcd then starts
+    // from an older one), the log is read again from the one it records
+    let newest = if snap_dir.exists() {
+        list(snap_dir, ".snap")?.iter().map(|f| f.1).max().unwrap_or(0)
+    } else {
+        0
+    };
+    let log = read_log_above(wal_dir, snap_dir, newest)?;
+    if log.snapshot_index() < newest {
+        return read_log_above(wal_dir, snap_dir, log.snapshot_index());
+    }
+    Ok(log)
+}
+
+/// [`read_log`], keeping only the entries above `floor` (at most the
+/// index of the snapshot it starts from).
+fn read_log_above(wal_dir: &Path, snap_dir: &Path, floor: u64) -> Result<EtcdLog, EtcdDirError> {
     let segments = list(wal_dir, ".wal")?;
     if segments.is_empty() {
         return Err(err(format!("{} holds no WAL segment", wal_dir.display())));
@@ -366,7 +385,9 @@ pub fn read_log(wal_dir: &Path, snap_dir: &Path) -> Result<EtcdLog, EtcdDirError
                 ENTRY_TYPE => {
                     let e = Entry::parse_from_bytes(&record.data)
                         .map_err(|e| damaged(&format!("an entry does not decode: {e}")))?;
-                    push_entry(&mut log.entries, e).map_err(|m| damaged(&m))?;
+                    if e.index > floor {
+                        push_entry(&mut log.entries, e).map_err(|m| damaged(&m))?;
+                    }
                 }
                 STATE_TYPE => {
                     log.hard_state = HardState::parse_from_bytes(&record.data)
@@ -392,6 +413,10 @@ pub fn read_log(wal_dir: &Path, snap_dir: &Path) -> Result<EtcdLog, EtcdDirError
     log.segments = segments.into_iter().map(|s| s.2).collect();
     log.snapshot = load_snapshot(snap_dir, &recorded)?;
     let snap_index = log.snapshot_index();
+    if floor > snap_index {
+        // read_log reads again from the snapshot the WAL records
+        return Ok(log);
+    }
     if snap_index == 0 && log.entries.first().is_some_and(|e| e.index > 1) {
         return Err(err(format!(
             "the WAL starts at index {} but no snapshot file of member/snap matches a snapshot it records",

@@ -279,7 +279,11 @@ pub fn read_log(wal_dir: &Path, snap_dir: &Path) -> Result<EtcdLog, EtcdDirError
     // reading; if the WAL does not record that snapshot (etcd then starts
     // from an older one), the log is read again from the one it records
     let newest = if snap_dir.exists() {
-        list(snap_dir, ".snap")?.iter().map(|f| f.1).max().unwrap_or(0)
+        list(snap_dir, ".snap")?
+            .iter()
+            .map(|f| f.1)
+            .max()
+            .unwrap_or(0)
     } else {
         0
     };

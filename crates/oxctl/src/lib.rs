@@ -111,6 +111,10 @@ enum Command {
         /// Data directory of the etcd member (stop etcd first).
         #[arg(long)]
         data_dir: PathBuf,
+        /// etcd's dedicated WAL directory, if it had one (read only; oxcd's
+        /// WAL goes to member/wal).
+        #[arg(long)]
+        wal_dir: Option<PathBuf>,
     },
     /// [legacy] offline backup of an oxcd directory (prefer: `etcdctl
     /// snapshot save`): a copy with new IDs, to start with --force-new-cluster.
@@ -205,8 +209,8 @@ where
                 .as_bytes(),
             )?
         }
-        Command::Migrate { data_dir } => {
-            let migrated = migrate::migrate(&data_dir)?;
+        Command::Migrate { data_dir, wal_dir } => {
+            let migrated = migrate::migrate(&data_dir, wal_dir.as_deref())?;
             out.write_all(migrate::report(&data_dir, &migrated).as_bytes())?
         }
         Command::Version => out.write_all(

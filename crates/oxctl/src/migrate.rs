@@ -457,7 +457,9 @@ fn lock_backend(db: &Path) -> Result<BackendLock, CliError> {
 }
 
 /// Converts the etcd member in `data_dir` (see the module doc).
-pub fn migrate(data_dir: &Path) -> Result<Migrated, CliError> {
+/// `etcd_wal_dir`: etcd's `--wal-dir` when it had one (None:
+/// `member/wal`); it is only read, and oxcd's WAL goes to `member/wal`.
+pub fn migrate(data_dir: &Path, etcd_wal_dir: Option<&Path>) -> Result<Migrated, CliError> {
     let member = data_dir.join("member");
     let kept = data_dir.join(ETCD_KEPT);
     let staging = data_dir.join(STAGING);
@@ -472,7 +474,7 @@ pub fn migrate(data_dir: &Path) -> Result<Migrated, CliError> {
         )));
     }
     let db = member.join("snap").join("db");
-    let wal_dir = member.join("wal");
+    let wal_dir = etcd_wal_dir.map_or_else(|| member.join("wal"), Path::to_path_buf);
     if !db.exists() {
         return Err(failed(format!(
             "{} holds no etcd member (no member/snap/db)",
@@ -498,7 +500,7 @@ pub fn migrate(data_dir: &Path) -> Result<Migrated, CliError> {
     }
     if !etcd_dir::is_etcd_wal(&wal_dir) {
         return Err(failed(format!(
-            "{} holds no etcd WAL (an etcd member with a separate --wal-dir: copy its WAL into member/wal first)",
+            "{} holds no etcd WAL (an etcd member with a separate --wal-dir: give it with --wal-dir)",
             wal_dir.display()
         )));
     }
@@ -895,5 +897,187 @@ mod tests {
         }
         .encode_to_vec();
         assert!(convert_conf_change(4, &bad, &mut members).is_err());
+    }
+
+    /// An etcd 3.5 member's data dir, made by hand: the backend has applied
+    /// entries 1 (the bootstrap conf change) and 2 (put a), the WAL holds
+    /// 3 (put b) and 4 (etcd 3.4's v2 publish) above it. The WAL goes to
+    /// `wal_dir` (None: member/wal).
+    fn etcd_member(dir: &Path, wal_dir: Option<&Path>) -> PathBuf {
+        use crate::etcd_dir::testwal;
+        const ID: u64 = 0x10;
+        let snap = dir.join("member").join("snap");
+        fs::create_dir_all(&snap).unwrap();
+        let kv = |key: &str, value: &str, rev: i64| {
+            api::mvccpb::KeyValue {
+                key: key.as_bytes().to_vec().into(),
+                value: value.as_bytes().to_vec().into(),
+                create_revision: rev,
+                mod_revision: rev,
+                version: 1,
+                lease: 0,
+            }
+            .encode_to_vec()
+        };
+        let mut w =
+            bbolt::Writer::create(snap.join("db"), bbolt::WriterOptions::default()).unwrap();
+        for bucket in eb::BUCKETS {
+            w.begin_bucket(bucket.as_bytes()).unwrap();
+            match bucket {
+                eb::KEY => w.put(&eb::revision_key(2), &kv("a", "1", 2)).unwrap(),
+                eb::MEMBERS => w
+                    .put(
+                        &eb::member_key(ID),
+                        br#"{"id":16,"peerURLs":["http://127.0.0.1:2380"],"name":"e"}"#,
+                    )
+                    .unwrap(),
+                eb::META => {
+                    w.put(eb::CONSISTENT_INDEX, &2u64.to_be_bytes()).unwrap();
+                    w.put(eb::TERM, &1u64.to_be_bytes()).unwrap();
+                }
+                _ => {}
+            }
+        }
+        w.finish().unwrap();
+        let entry = |index: u64, kind: EntryType, data: Vec<u8>| {
+            let mut e = Entry {
+                index,
+                term: 1,
+                data: data.into(),
+                ..Default::default()
+            };
+            e.set_entry_type(kind);
+            e
+        };
+        let put = |key: &str| {
+            api::etcdserverpb::InternalRaftRequest {
+                header: Some(api::etcdserverpb::RequestHeader {
+                    id: 100,
+                    ..Default::default()
+                }),
+                put: Some(api::etcdserverpb::PutRequest {
+                    key: key.as_bytes().to_vec().into(),
+                    value: b"2".to_vec().into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }
+            .encode_to_vec()
+        };
+        #[derive(Clone, PartialEq, prost::Message)]
+        struct Wrapper {
+            #[prost(message, optional, tag = "2")]
+            v2: Option<V2Request>,
+        }
+        let publish = Wrapper {
+            v2: Some(V2Request {
+                id: 7,
+                method: "PUT".into(),
+                path: "/0/members/10/attributes".into(),
+                val: r#"{"name":"e","clientURLs":["http://127.0.0.1:2379"]}"#.into(),
+            }),
+        }
+        .encode_to_vec();
+        let add = EtcdConfChange {
+            id: 1,
+            kind: ETCD_ADD_NODE,
+            node_id: ID,
+            context: br#"{"id":16,"peerURLs":["http://127.0.0.1:2380"]}"#.to_vec(),
+        }
+        .encode_to_vec();
+        let (segment, _) = testwal::segment(
+            &[
+                testwal::metadata(ID, 0x20),
+                testwal::snapshot_record(0, 0),
+                testwal::entry(&entry(1, EntryType::EntryConfChange, add)),
+                testwal::entry(&entry(2, EntryType::EntryNormal, put("a"))),
+                testwal::entry(&entry(3, EntryType::EntryNormal, put("b"))),
+                testwal::entry(&entry(4, EntryType::EntryNormal, publish)),
+                testwal::state(&HardState {
+                    term: 1,
+                    vote: ID,
+                    commit: 4,
+                    ..Default::default()
+                }),
+            ],
+            0,
+        );
+        let wal = wal_dir.map_or_else(|| dir.join("member").join("wal"), Path::to_path_buf);
+        fs::create_dir_all(&wal).unwrap();
+        let path = wal.join("0000000000000000-0000000000000000.wal");
+        fs::write(&path, segment).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_hand_made_etcd_member_is_migrated_with_its_unapplied_entries() {
+        for separate_wal in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let data = dir.path().join("data");
+            let etcd_wal = dir.path().join("etcd-wal");
+            let wal_dir = separate_wal.then_some(etcd_wal.as_path());
+            let segment = etcd_member(&data, wal_dir);
+            let m = migrate(&data, wal_dir).unwrap();
+            assert_eq!((m.member_id, m.cluster_id), (0x10, 0x20));
+            assert_eq!((m.consistent_index, m.last_index, m.replayed), (2, 4, 2));
+            // etcd's files are kept as they were
+            assert!(data.join("member.etcd/snap/db").exists());
+            assert!(segment.exists());
+            // the backend: applied up to 2, the member from its bucket
+            let store = mvcc::Store::open(&data.join("member/snap/db")).unwrap();
+            assert_eq!((store.current_revision(), store.consistent_index()), (2, 2));
+            let members = store.members().unwrap();
+            assert_eq!(membership::decode(&members[&0x10]).unwrap().name, "e");
+            drop(store);
+            // the log: the same identity, 3 as it was, 4 as oxcd's publish
+            let wal = consensus::wal::Wal::read(&data.join("member/wal")).unwrap();
+            assert_eq!(
+                (wal.metadata.node_id, wal.metadata.cluster_id),
+                (0x10, 0x20)
+            );
+            let tail: Vec<&Entry> = wal.entries.iter().filter(|e| e.index > 2).collect();
+            assert_eq!(tail.len(), 2);
+            let publish = api::etcdserverpb::InternalRaftRequest::decode(tail[1].data.as_ref())
+                .unwrap()
+                .cluster_member_attr_set
+                .unwrap();
+            assert_eq!(publish.member_id, 0x10);
+            assert_eq!(wal.hard_state.commit, 4);
+            let base = consensus::snap::load_newest(&data.join("member/snap"))
+                .unwrap()
+                .unwrap();
+            assert_eq!(base.get_metadata().index, 2);
+            assert_eq!(base.get_metadata().get_conf_state().voters, [0x10]);
+        }
+    }
+
+    #[test]
+    fn a_damaged_etcd_wal_is_refused_and_nothing_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let segment = etcd_member(&data, None);
+        let mut bytes = fs::read(&segment).unwrap();
+        // a bit flipped in the value of entry 3 ("b" -> "c")
+        let at = bytes
+            .windows(3)
+            .position(|w| w == b"\x0a\x01b")
+            .expect("entry 3's key");
+        bytes[at + 2] ^= 0x01;
+        fs::write(&segment, &bytes).unwrap();
+        let before: Vec<_> = fs::read_dir(&data)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        let e = migrate(&data, None).unwrap_err().to_string();
+        assert!(
+            e.contains("damaged at offset") && e.contains("CRC mismatch"),
+            "{e}"
+        );
+        let after: Vec<_> = fs::read_dir(&data)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(before, after, "nothing written beside etcd's member dir");
+        assert!(mvcc::etcd_backend::is_bbolt(&data.join("member/snap/db")));
     }
 }

@@ -106,6 +106,20 @@ async fn etcdctl_34_and_35_snapshot_save_against_oxcd_pass_their_own_checks() {
         assert!(len > 300 * 1024, "holds the values: {len}");
         let status = status_json(&path);
         assert_eq!(status["revision"], revision, "etcdctl {version}: {status}");
+        // that etcdctl's own `snapshot status` reads the file alike
+        let out = Command::new(etcdctl)
+            .env("ETCDCTL_API", "3")
+            .args(["snapshot", "status", path.to_str().unwrap(), "-w", "json"])
+            .output()
+            .unwrap();
+        let theirs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "etcdctl {version} snapshot status: {e}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        assert_eq!(theirs, status, "etcdctl {version} (left) and oxctl (right)");
         saved += 1;
     }
     assert!(saved > 0, "no etcdctl installed");

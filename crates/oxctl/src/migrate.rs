@@ -1080,4 +1080,18 @@ mod tests {
         assert_eq!(before, after, "nothing written beside etcd's member dir");
         assert!(mvcc::etcd_backend::is_bbolt(&data.join("member/snap/db")));
     }
+
+    #[test]
+    fn random_entry_bytes_never_panic() {
+        let mut rng = fastrand::Rng::with_seed(0x5eed);
+        let mut stats = Converted::default();
+        let mut members = std::collections::BTreeMap::new();
+        for _ in 0..5000 {
+            let data: Vec<u8> = (0..rng.usize(0..64)).map(|_| rng.u8(..)).collect();
+            let _ = convert_normal(1, &data, &mut stats);
+            let _ = convert_conf_change(1, &data, &mut members);
+            let _ = parse_member_json(&data);
+            let _ = members_from_v2_store(&data);
+        }
+    }
 }

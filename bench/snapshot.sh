@@ -51,6 +51,16 @@ now() { echo "$EPOCHREALTIME"; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", b - a}'; }
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 
+# start_member BIN LOG: a one-member server on $work/data, its pid in $pid
+start_member() {
+  "$1" --name bench --data-dir "$work/data" \
+    --listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
+    --listen-peer-urls "http://127.0.0.1:$((port + 1))" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$((port + 1))" \
+    --initial-cluster "bench=http://127.0.0.1:$((port + 1))" >"$2" 2>&1 &
+  pid=$!
+}
+
 results=$work/results
 : >"$results"
 for ((r = 1; r <= rounds; r++)); do
@@ -60,12 +70,7 @@ for ((r = 1; r <= rounds; r++)); do
     bin=$OXCD
     [ "$server" = etcd ] && bin=$ETCD
     rm -rf "$work/data" "$work/restored" "$work/snap.db"
-    "$bin" --name bench --data-dir "$work/data" \
-      --listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
-      --listen-peer-urls "http://127.0.0.1:$((port + 1))" \
-      --initial-advertise-peer-urls "http://127.0.0.1:$((port + 1))" \
-      --initial-cluster "bench=http://127.0.0.1:$((port + 1))" >"$work/$server.log" 2>&1 &
-    pid=$!
+    start_member "$bin" "$work/$server.log"
     "$OXBENCH" --endpoints "127.0.0.1:$port" health --timeout 60s >/dev/null
     "$OXBENCH" --endpoints "127.0.0.1:$port" --clients 100 --conns 10 put --key-size 8 \
       --val-size 256 --total "$keys" --sequential-keys --key-space-size "$keys" >/dev/null
@@ -104,12 +109,7 @@ for ((r = 1; r <= rounds; r++)); do
         || { echo "snapshot.sh: migrate failed:"; cat "$work/migrate.err"; exit 1; } >&2
       t5=$(now)
       migrate_rss=$(tail -n 1 "$work/time.out")
-      "$OXCD" --name bench --data-dir "$work/data" \
-        --listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
-        --listen-peer-urls "http://127.0.0.1:$((port + 1))" \
-        --initial-advertise-peer-urls "http://127.0.0.1:$((port + 1))" \
-        --initial-cluster "bench=http://127.0.0.1:$((port + 1))" >"$work/migrated.log" 2>&1 &
-      pid=$!
+      start_member "$OXCD" "$work/migrated.log"
       "$OXBENCH" --endpoints "127.0.0.1:$port" health --timeout 120s >/dev/null
       t6=$(now)
       served=$("$ETCDCTL" --endpoints "127.0.0.1:$port" get "" --from-key --count-only -w fields \

@@ -1353,6 +1353,21 @@ async fn a_backup_of_a_stopped_member_starts_as_a_new_cluster() {
     assert_eq!(next, last + 1);
 }
 
+/// A client of the member at `endpoint` once it has applied `revision`
+/// (a lagging member is waited for, with a deadline).
+async fn caught_up(endpoint: &str, revision: i64) -> Client {
+    let mut m = client(&[endpoint.to_string()]).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while rev_of(m.get("x", None).await.unwrap().header()) < revision {
+        assert!(
+            Instant::now() < deadline,
+            "{endpoint} lags behind {revision}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    m
+}
+
 /// The runbook for a whole cluster: a 3-member etcd 3.5.16 cluster under
 /// writes, every member killed with -9 (entries above each backend's
 /// consistent index), each data dir migrated in place, each started as
@@ -1429,12 +1444,7 @@ async fn a_stopped_three_member_etcd_cluster_is_migrated_member_by_member() {
     // every member has applied the last write before the kill
     let mut want_members = Vec::new();
     for endpoint in &endpoints {
-        let mut m = client(std::slice::from_ref(endpoint)).await;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while rev_of(m.get("x", None).await.unwrap().header()) < last {
-            assert!(Instant::now() < deadline, "{endpoint} lags");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let mut m = caught_up(endpoint, last).await;
         want_members = m
             .member_list()
             .await
@@ -1507,12 +1517,7 @@ async fn a_stopped_three_member_etcd_cluster_is_migrated_member_by_member() {
     assert_eq!(next, last + 1);
     let mut hashes = Vec::new();
     for endpoint in &endpoints {
-        let mut m = client(std::slice::from_ref(endpoint)).await;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while rev_of(m.get("x", None).await.unwrap().header()) < next {
-            assert!(Instant::now() < deadline, "{endpoint} lags");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let mut m = caught_up(endpoint, next).await;
         let got = range(
             &mut m,
             GetOptions::new().with_from_key().with_revision(last),

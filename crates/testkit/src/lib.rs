@@ -7,6 +7,7 @@
 //! for ports.
 
 pub mod http;
+pub mod linearizability;
 pub mod netns;
 pub mod pki;
 pub mod tmpfs;

@@ -867,22 +867,9 @@ async fn etcd_to_oxcd(version: &str, (bin, etcdctl): (&str, &str)) {
 
     let mut cluster = Cluster::prepare(3, &[]);
     for i in 0..3 {
-        oxctl(&[
-            "snapshot",
-            "restore",
-            snapshot.to_str().unwrap(),
-            "--name",
-            &cluster.names[i],
-            "--data-dir",
-            cluster.data_dir(i).to_str().unwrap(),
-            "--initial-cluster",
-            cluster.initial_cluster(),
-            "--initial-cluster-token",
-            "etcd-cluster",
-            "--initial-advertise-peer-urls",
-            &cluster.peer_url(i),
-        ])
-        .unwrap_or_else(|e| panic!("oxctl snapshot restore for m{i}: {e}"));
+        let args = cluster.restore_args(i, &snapshot);
+        oxctl(&args.iter().map(String::as_str).collect::<Vec<_>>())
+            .unwrap_or_else(|e| panic!("oxctl snapshot restore for m{i}: {e}"));
     }
     cluster.start_all();
     // the same file restored into etcd 3.5.16: the counterpart of a

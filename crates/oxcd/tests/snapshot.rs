@@ -313,22 +313,9 @@ async fn a_snapshot_restored_into_three_data_dirs_starts_a_new_cluster_with_iden
 
     let mut cluster = Cluster::prepare(3, &[]);
     for i in 0..3 {
-        oxctl(&[
-            "snapshot",
-            "restore",
-            path.to_str().unwrap(),
-            "--name",
-            &cluster.names[i],
-            "--data-dir",
-            cluster.data_dir(i).to_str().unwrap(),
-            "--initial-cluster",
-            cluster.initial_cluster(),
-            "--initial-cluster-token",
-            "etcd-cluster",
-            "--initial-advertise-peer-urls",
-            &cluster.peer_url(i),
-        ])
-        .unwrap_or_else(|e| panic!("restore m{i}: {e}"));
+        let args = cluster.restore_args(i, &path);
+        oxctl(&args.iter().map(String::as_str).collect::<Vec<_>>())
+            .unwrap_or_else(|e| panic!("restore m{i}: {e}"));
     }
     cluster.start_all();
 

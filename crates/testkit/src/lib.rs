@@ -487,6 +487,28 @@ impl Cluster {
         format!("{}://{}:2380", self.peer_scheme, self.ips[i])
     }
 
+    /// The arguments of `snapshot restore FILE` (oxctl's or etcdutl's) that
+    /// make member `i`'s data dir for this cluster.
+    pub fn restore_args(&self, i: usize, snapshot: &Path) -> Vec<String> {
+        [
+            "snapshot",
+            "restore",
+            &snapshot.display().to_string(),
+            "--name",
+            &self.names[i],
+            "--data-dir",
+            &self.data_dir(i).display().to_string(),
+            "--initial-cluster",
+            self.initial_cluster(),
+            "--initial-cluster-token",
+            "etcd-cluster",
+            "--initial-advertise-peer-urls",
+            &self.peer_url(i),
+        ]
+        .map(str::to_string)
+        .to_vec()
+    }
+
     fn spawn(&self, i: usize) -> Process {
         let ip = &self.ips[i];
         let (client, peer) = (self.client_scheme, self.peer_scheme);

@@ -73,6 +73,17 @@ pub mod snap;
 pub mod transport;
 pub mod wal;
 
+// Failpoint sites (`crate::fail_point!`) are compiled in only with the
+// `failpoints` feature (test builds); without it they expand to nothing.
+#[cfg(feature = "failpoints")]
+pub(crate) use failpoint::fail_point;
+#[cfg(not(feature = "failpoints"))]
+macro_rules! fail_point {
+    ($($site:tt)*) => {};
+}
+#[cfg(not(feature = "failpoints"))]
+pub(crate) use fail_point;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -10,6 +10,7 @@ pub mod http;
 pub mod linearizability;
 pub mod netns;
 pub mod pki;
+pub mod robustness;
 pub mod tmpfs;
 
 use std::io::{BufRead, BufReader};
@@ -225,6 +226,11 @@ impl Process {
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Whether the process has exited (without waiting).
+    pub fn has_exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
     }
 
     /// SIGTERM, then waits (with a deadline) for the exit status.

@@ -195,6 +195,42 @@ pub enum KvInput {
     Put(String),
     Delete,
     Get,
+    /// A transaction on this key: if `cond` holds, `then`, else `otherwise`.
+    Txn {
+        cond: Cond,
+        then: Box<KvInput>,
+        otherwise: Box<KvInput>,
+    },
+    /// An empty transaction branch.
+    Nothing,
+}
+
+/// A transaction's comparison of the key (equality, as the traffic sends):
+/// etcd compares a missing key's mod revision and version as 0 and its
+/// value as never equal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cond {
+    ModRevision(i64),
+    Version(i64),
+    Value(String),
+}
+
+impl KvInput {
+    /// The value this operation writes if it takes effect with
+    /// `succeeded` (for a transaction, the branch taken).
+    fn written_value(&self) -> Option<(&str, bool)> {
+        match self {
+            KvInput::Put(v) => Some((v, true)),
+            KvInput::Txn {
+                then, otherwise, ..
+            } => match (then.as_ref(), otherwise.as_ref()) {
+                (KvInput::Put(v), _) => Some((v, true)),
+                (_, KvInput::Put(v)) => Some((v, false)),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
 }
 
 /// Its answer: for a write, the revision it made (None: a delete that
@@ -207,6 +243,13 @@ pub enum KvOutput {
         found: Option<(String, i64)>,
         header: i64,
     },
+    /// A transaction: the branch taken, the header revision and the
+    /// branch's own answer (`Written(None)` for an empty branch).
+    Txn {
+        succeeded: bool,
+        header: i64,
+        result: Box<KvOutput>,
+    },
 }
 
 /// One key's state: (value and mod revision, the highest header revision
@@ -216,6 +259,18 @@ pub struct KeyState {
     pub current: Option<(String, i64)>,
     pub read_up_to: i64,
     pub written_at: i64,
+    /// The key's version (puts since it was created), 0 when absent.
+    pub version: i64,
+}
+
+impl KeyState {
+    fn holds(&self, cond: &Cond) -> bool {
+        match cond {
+            Cond::ModRevision(rev) => self.current.as_ref().map_or(0, |c| c.1) == *rev,
+            Cond::Version(version) => self.version == *version,
+            Cond::Value(value) => self.current.as_ref().is_some_and(|c| c.0 == *value),
+        }
+    }
 }
 
 /// The key-value model of one key (see the module doc).
@@ -246,12 +301,14 @@ impl Model for KeyModel {
                     current: Some((value.clone(), *rev)),
                     read_up_to: s.read_up_to,
                     written_at: *rev,
+                    version: s.version + 1,
                 })
             }
             // an unknown put: its revision is unknown too; later reads
             // name it (their mod revision)
             (KvInput::Put(value), None) => Some(KeyState {
                 current: Some((value.clone(), i64::MIN)),
+                version: s.version + 1,
                 ..s.clone()
             }),
             (KvInput::Delete, Some(KvOutput::Written(None))) => {
@@ -262,12 +319,51 @@ impl Model for KeyModel {
                     current: None,
                     read_up_to: s.read_up_to,
                     written_at: *rev,
+                    version: 0,
                 })
             }
             (KvInput::Delete, None) => Some(KeyState {
                 current: None,
+                version: 0,
                 ..s.clone()
             }),
+            (KvInput::Nothing, _) => Some(s.clone()),
+            (
+                KvInput::Txn {
+                    cond,
+                    then,
+                    otherwise,
+                },
+                output,
+            ) => {
+                let holds = s.holds(cond);
+                let branch = if holds { then } else { otherwise };
+                match output {
+                    None => self.step(s, branch, None),
+                    Some(KvOutput::Txn {
+                        succeeded,
+                        header,
+                        result,
+                    }) => {
+                        // a transaction that wrote made revision `header`;
+                        // one that did not saw the store at `header`
+                        let seen_at = s.current.as_ref().map_or(s.written_at, |c| c.1);
+                        let header_ok = match result.as_ref() {
+                            KvOutput::Written(Some(rev)) => rev == header,
+                            _ => *header >= seen_at,
+                        };
+                        if *succeeded != holds || !header_ok {
+                            return None;
+                        }
+                        let mut next = self.step(s, branch, Some(result))?;
+                        if !matches!(result.as_ref(), KvOutput::Written(Some(_))) {
+                            next.read_up_to = next.read_up_to.max(*header);
+                        }
+                        Some(next)
+                    }
+                    Some(_) => None,
+                }
+            }
             _ => None,
         }
     }
@@ -295,10 +391,9 @@ pub fn check_kv(history: &KvHistory) -> Result<(), (String, Violation)> {
 fn resolve_unknown_revisions(mut ops: Vec<Op<KvInput, KvOutput>>) -> Vec<Op<KvInput, KvOutput>> {
     let known: HashSet<i64> = ops
         .iter()
-        .filter_map(|op| match &op.output {
-            Some(KvOutput::Written(Some(rev))) => Some(*rev),
-            _ => None,
-        })
+        .filter_map(|op| op.output.as_ref().and_then(revision_of))
+        .filter(|(_, write)| *write)
+        .map(|(rev, _)| rev)
         .collect();
     let seen: Vec<(String, i64)> = ops
         .iter()
@@ -313,10 +408,18 @@ fn resolve_unknown_revisions(mut ops: Vec<Op<KvInput, KvOutput>>) -> Vec<Op<KvIn
     for (value, rev) in seen {
         if let Some(op) = ops
             .iter_mut()
-            .find(|op| op.output.is_none() && op.input == KvInput::Put(value.clone()))
+            .find(|op| op.output.is_none() && op.input.written_value().map(|w| w.0) == Some(&value))
         {
             // it happened: it returned at infinity with that revision
-            op.output = Some(KvOutput::Written(Some(rev)));
+            let written = KvOutput::Written(Some(rev));
+            op.output = Some(match op.input.written_value() {
+                Some((_, succeeded)) if matches!(op.input, KvInput::Txn { .. }) => KvOutput::Txn {
+                    succeeded,
+                    header: rev,
+                    result: Box::new(written),
+                },
+                _ => written,
+            });
         }
     }
     ops
@@ -328,6 +431,10 @@ fn revision_of(output: &KvOutput) -> Option<(i64, bool)> {
         KvOutput::Written(Some(rev)) => Some((*rev, true)),
         KvOutput::Written(None) => None,
         KvOutput::Read { header, .. } => Some((*header, false)),
+        KvOutput::Txn { header, result, .. } => Some((
+            *header,
+            matches!(result.as_ref(), KvOutput::Written(Some(_))),
+        )),
     }
 }
 

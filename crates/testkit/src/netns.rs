@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use crate::tmpfs::Tmpfs;
 use crate::{oxcd_bin, Process, START_DEADLINE};
 
 /// The subnet the namespaces use among themselves (never routed anywhere:
@@ -36,10 +37,24 @@ pub struct NetnsCluster {
     initial_cluster: String,
     dir: tempfile::TempDir,
     namespaces: Vec<String>,
+    extra: Vec<String>,
+    /// Members whose data dir is a tmpfs of its own (for full disks).
+    volumes: Vec<Option<Tmpfs>>,
 }
 
 impl NetnsCluster {
     pub fn start(n: usize, extra: &[&str]) -> NetnsCluster {
+        NetnsCluster::start_with_volumes(n, extra, &[], "")
+    }
+
+    /// [`NetnsCluster::start`] with the data dirs of `on_volumes` each on a
+    /// tmpfs of `size` (mount(8)'s syntax), so a test can fill it.
+    pub fn start_with_volumes(
+        n: usize,
+        extra: &[&str],
+        on_volumes: &[usize],
+        size: &str,
+    ) -> NetnsCluster {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos() ^ std::process::id())
@@ -59,20 +74,85 @@ impl NetnsCluster {
             initial_cluster,
             dir: tempfile::tempdir().expect("temp dir"),
             namespaces: Vec::new(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            volumes: (0..n)
+                .map(|i| {
+                    on_volumes
+                        .contains(&i)
+                        .then(|| Tmpfs::mount(size).expect("a tmpfs (needs root)"))
+                })
+                .collect(),
         };
         c.build_network(n);
         for i in 0..n {
-            c.members[i] = Some(c.spawn(i, extra));
+            c.members[i] = Some(c.spawn(i));
         }
         for i in 0..n {
-            let p = c.members[i].as_ref().expect("started");
-            if p.wait_for_log("ready to serve client requests", START_DEADLINE)
-                .is_none()
-            {
-                panic!("m{} did not become ready; log:\n{}", i + 1, p.log_text());
-            }
+            c.wait_ready(i);
         }
         c
+    }
+
+    fn wait_ready(&self, i: usize) {
+        let p = self.members[i].as_ref().expect("started");
+        if p.wait_for_log("ready to serve client requests", START_DEADLINE)
+            .is_none()
+        {
+            panic!("m{} did not become ready; log:\n{}", i + 1, p.log_text());
+        }
+    }
+
+    /// Starts a stopped member again on its data dir; waits until ready.
+    pub fn restart(&mut self, i: usize) {
+        assert!(self.members[i].is_none(), "m{} is running", i + 1);
+        self.members[i] = Some(self.spawn(i));
+        self.wait_ready(i);
+    }
+
+    /// Whether member `i` has a process (running, paused or exited).
+    pub fn has_process(&self, i: usize) -> bool {
+        self.members[i].is_some()
+    }
+
+    /// Whether member `i`'s process has exited by itself; its handle is
+    /// dropped then, so that [`NetnsCluster::restart`] can start it again.
+    pub fn reap_if_exited(&mut self, i: usize) -> bool {
+        let exited = self.members[i].as_mut().is_some_and(|p| p.has_exited());
+        if exited {
+            self.members[i] = None;
+        }
+        exited
+    }
+
+    /// SIGSTOP / SIGCONT.
+    pub fn pause(&self, i: usize) {
+        self.signal(i, libc::SIGSTOP);
+    }
+
+    pub fn resume(&self, i: usize) {
+        self.signal(i, libc::SIGCONT);
+    }
+
+    fn signal(&self, i: usize, signal: libc::c_int) {
+        if let Some(p) = &self.members[i] {
+            // SAFETY: signalling our own child process by pid.
+            unsafe {
+                libc::kill(p.pid() as libc::pid_t, signal);
+            }
+        }
+    }
+
+    /// Member `i`'s tmpfs, when it has one.
+    pub fn volume(&self, i: usize) -> Option<&Tmpfs> {
+        self.volumes[i].as_ref()
+    }
+
+    /// The last lines of member `i`'s log.
+    pub fn log_tail(&self, i: usize, lines: usize) -> String {
+        self.members[i].as_ref().map_or_else(String::new, |p| {
+            let all = p.log_lines();
+            all[all.len().saturating_sub(lines)..].join("\n")
+        })
     }
 
     fn ns(&self, host: &str) -> String {
@@ -116,7 +196,7 @@ impl NetnsCluster {
         }
     }
 
-    fn spawn(&self, i: usize, extra: &[&str]) -> Process {
+    fn spawn(&self, i: usize) -> Process {
         let addr = format!("{}.{}", self.subnet, i + 1);
         let data_dir = self.data_dir(i);
         let mut cmd = Command::new("ip");
@@ -133,14 +213,17 @@ impl NetnsCluster {
                 &format!("http://{addr}:2380"),
             ])
             .args(["--initial-cluster", &self.initial_cluster])
-            .args(extra);
+            .args(&self.extra);
         let mut p = Process::spawn(cmd, &data_dir);
         p.endpoint = format!("http://{addr}:2379");
         p
     }
 
     pub fn data_dir(&self, i: usize) -> PathBuf {
-        self.dir.path().join(&self.names[i])
+        match &self.volumes[i] {
+            Some(volume) => volume.path().join(&self.names[i]),
+            None => self.dir.path().join(&self.names[i]),
+        }
     }
 
     pub fn endpoint(&self, i: usize) -> String {
@@ -196,6 +279,14 @@ impl NetnsCluster {
             .unwrap_or_else(|e| std::panic::resume_unwind(e))
     }
 
+    /// Like `in_client_ns`, without waiting.
+    pub fn spawn_in_client_ns<R: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> std::thread::JoinHandle<R> {
+        Self::spawn_in(&self.ns("c"), f)
+    }
+
     /// Like `in_member_ns`, without waiting: for a client that must stay
     /// connected while the test changes the network.
     pub fn spawn_in_member_ns<R: Send + 'static>(
@@ -231,6 +322,8 @@ impl NetnsCluster {
 impl Drop for NetnsCluster {
     fn drop(&mut self) {
         for i in 0..self.members.len() {
+            // SIGKILL ends a stopped process too; SIGCONT first all the same
+            self.resume(i);
             self.kill9(i);
         }
         for ns in &self.namespaces {

@@ -1,0 +1,413 @@
+//! Faults, injected one after another while the traffic runs. Each one
+//! ends with the cluster whole again: the member restarted, healed or
+//! resumed, so that the next fault and the final checks start from a
+//! cluster that can make progress.
+//!
+//! - kill -9 of the leader or a follower, then a restart;
+//! - a two-way partition of the leader or a follower (its bridge port
+//!   down), then heal;
+//! - SIGSTOP / SIGCONT of the leader or a follower (ours: etcd's suite has
+//!   sleep failpoints instead);
+//! - a follower killed and restarted with its WAL's last record torn, as a
+//!   crash in the middle of a write leaves it;
+//! - compaction and defragmentation during the traffic;
+//! - a full disk: the member's tmpfs shrunk to what it uses, then given
+//!   room again (the member exits, as it must, and is restarted);
+//! - crash points inside the server (failpoints armed over HTTP, in a
+//!   build with the `failpoints` feature): the member aborts at that point
+//!   and is restarted.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::client::{connect, Recorder};
+use super::history::FaultRecord;
+use crate::netns::NetnsCluster;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    KillLeader,
+    KillFollower,
+    PartitionLeader,
+    PartitionFollower,
+    PauseLeader,
+    PauseFollower,
+    TruncatedWalTail,
+    CompactDefrag,
+    DiskFull,
+    CrashPoint(&'static str),
+}
+
+/// The failpoints a crash fault arms (etcd's gofail names where etcd has
+/// one), and what has to happen for each to be reached.
+pub const CRASH_POINTS: &[&str] = &[
+    "raftBeforeSave",
+    "raftAfterSave",
+    "beforeCommit",
+    "afterCommit",
+    "compactBeforeCommitScheduledCompact",
+    "compactAfterCommitScheduledCompact",
+    "compactBeforeCommitBatch",
+    "compactAfterCommitBatch",
+    "defragBeforeCopy",
+    "defragBeforeRename",
+    "raftBeforeApplySnap",
+    "raftAfterApplySnap",
+    "raftDuringSendSnapshot",
+];
+
+impl Fault {
+    pub fn name(&self) -> String {
+        match self {
+            Fault::KillLeader => "kill-leader".into(),
+            Fault::KillFollower => "kill-follower".into(),
+            Fault::PartitionLeader => "partition-leader".into(),
+            Fault::PartitionFollower => "partition-follower".into(),
+            Fault::PauseLeader => "pause-leader".into(),
+            Fault::PauseFollower => "pause-follower".into(),
+            Fault::TruncatedWalTail => "truncated-wal-tail".into(),
+            Fault::CompactDefrag => "compact-defrag".into(),
+            Fault::DiskFull => "disk-full".into(),
+            Fault::CrashPoint(name) => format!("crash:{name}"),
+        }
+    }
+
+    /// A fault chosen by the seed; crash points only where the server was
+    /// built with failpoints.
+    pub fn choose(rng: &mut fastrand::Rng, failpoints: bool) -> Fault {
+        let plain = [
+            Fault::KillLeader,
+            Fault::KillFollower,
+            Fault::PartitionLeader,
+            Fault::PartitionFollower,
+            Fault::PauseLeader,
+            Fault::PauseFollower,
+            Fault::TruncatedWalTail,
+            Fault::CompactDefrag,
+            Fault::DiskFull,
+        ];
+        if failpoints && rng.u8(0..3) == 0 {
+            return Fault::CrashPoint(CRASH_POINTS[rng.usize(0..CRASH_POINTS.len())]);
+        }
+        plain[rng.usize(0..plain.len())]
+    }
+
+    fn on_leader(&self) -> bool {
+        matches!(
+            self,
+            Fault::KillLeader
+                | Fault::PartitionLeader
+                | Fault::PauseLeader
+                | Fault::CrashPoint("raftDuringSendSnapshot")
+        )
+    }
+}
+
+/// The index of the member that leads, asking every member; None while
+/// there is no leader (or none answered).
+pub async fn leader(endpoints: &[String]) -> Option<usize> {
+    let mut ids = Vec::new();
+    let mut leader_id = None;
+    for endpoint in endpoints {
+        let mut id = 0;
+        if let Some(mut client) = connect(endpoint, Duration::from_secs(1)).await {
+            if let Ok(Ok(status)) =
+                tokio::time::timeout(Duration::from_secs(1), client.status()).await
+            {
+                id = status.header().map_or(0, |h| h.member_id());
+                if status.leader() != 0 {
+                    leader_id = Some(status.leader());
+                }
+            }
+        }
+        ids.push(id);
+    }
+    let leader_id = leader_id?;
+    ids.iter().position(|id| *id == leader_id)
+}
+
+/// Waits (up to 20 s) for a leader.
+pub async fn wait_for_leader(endpoints: &[String]) -> Option<usize> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(i) = leader(endpoints).await {
+            return Some(i);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+pub type SharedCluster = Arc<Mutex<NetnsCluster>>;
+
+async fn with_cluster<R: Send + 'static>(
+    cluster: &SharedCluster,
+    f: impl FnOnce(&mut NetnsCluster) -> R + Send + 'static,
+) -> R {
+    let cluster = cluster.clone();
+    tokio::task::spawn_blocking(move || f(&mut cluster.lock().expect("cluster lock")))
+        .await
+        .expect("cluster operation")
+}
+
+/// Injects `fault` and brings the cluster back; the record says what was
+/// done to which member.
+pub async fn inject(
+    fault: Fault,
+    cluster: &SharedCluster,
+    endpoints: &[String],
+    rng: &mut fastrand::Rng,
+    recorder: &Recorder,
+) -> FaultRecord {
+    let n = endpoints.len();
+    let leader = wait_for_leader(endpoints).await.unwrap_or(0);
+    let member = if fault.on_leader() {
+        leader
+    } else {
+        // a follower
+        (leader + 1 + rng.usize(0..n - 1)) % n
+    };
+    let start = recorder.now();
+    let mut pause = |min: u64, max: u64| Duration::from_millis(rng.u64(min..max));
+    let detail = match fault {
+        Fault::KillLeader | Fault::KillFollower => {
+            with_cluster(cluster, move |c| c.kill9(member)).await;
+            tokio::time::sleep(pause(200, 1500)).await;
+            with_cluster(cluster, move |c| c.restart(member)).await;
+            String::new()
+        }
+        Fault::PartitionLeader | Fault::PartitionFollower => {
+            with_cluster(cluster, move |c| c.isolate(member)).await;
+            tokio::time::sleep(pause(1000, 3000)).await;
+            with_cluster(cluster, move |c| c.heal(member)).await;
+            String::new()
+        }
+        Fault::PauseLeader | Fault::PauseFollower => {
+            with_cluster(cluster, move |c| c.pause(member)).await;
+            tokio::time::sleep(pause(500, 2500)).await;
+            with_cluster(cluster, move |c| c.resume(member)).await;
+            String::new()
+        }
+        Fault::TruncatedWalTail => {
+            tokio::time::sleep(pause(0, 500)).await;
+            let cut = pause(1, u64::MAX).as_millis() as u64;
+            with_cluster(cluster, move |c| {
+                c.kill9(member);
+                let torn = tear_last_wal_record(&c.data_dir(member).join("member/wal"), cut);
+                c.restart(member);
+                torn
+            })
+            .await
+        }
+        Fault::CompactDefrag => compact_and_defrag(&endpoints[member], endpoints).await,
+        Fault::DiskFull => disk_full(cluster, member).await,
+        Fault::CrashPoint(name) => {
+            let other = pause(0, endpoints.len() as u64 - 1).as_millis() as usize;
+            crash_point(cluster, endpoints, member, name, other).await
+        }
+    };
+    FaultRecord {
+        kind: fault.name(),
+        member: member as u32,
+        start,
+        end: recorder.now(),
+        detail,
+    }
+}
+
+/// Compacts to a revision a little behind the newest (through any member)
+/// and defragments `target`.
+async fn compact_and_defrag(target: &str, endpoints: &[String]) -> String {
+    let timeout = Duration::from_secs(5);
+    let mut detail = String::new();
+    for endpoint in endpoints {
+        let Some(mut client) = connect(endpoint, timeout).await else {
+            continue;
+        };
+        let Ok(Ok(status)) = tokio::time::timeout(timeout, client.get("", None)).await else {
+            continue;
+        };
+        let revision = status.header().map_or(0, |h| h.revision()) - 5;
+        if revision > 1 {
+            let r = tokio::time::timeout(timeout, client.compact(revision, None)).await;
+            detail = format!("compacted to {revision}: {}", r.is_ok_and(|r| r.is_ok()));
+        }
+        break;
+    }
+    if let Some(mut client) = connect(target, timeout).await {
+        let r = tokio::time::timeout(Duration::from_secs(20), client.defragment()).await;
+        detail.push_str(&format!("; defragment: {}", r.is_ok_and(|r| r.is_ok())));
+    }
+    detail
+}
+
+/// Shrinks the member's tmpfs to what it uses, waits for the member to
+/// fail (it must exit rather than go on without a durable WAL), then gives
+/// the room back and restarts it.
+async fn disk_full(cluster: &SharedCluster, member: usize) -> String {
+    let shrunk = with_cluster(cluster, move |c| {
+        let volume = c.volume(member)?;
+        let used = used_bytes(volume.path())?;
+        volume.resize(&format!("{}k", used / 1024 + 4));
+        Some(())
+    })
+    .await;
+    if shrunk.is_none() {
+        return "no volume: skipped".into();
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut exited = false;
+    while tokio::time::Instant::now() < deadline {
+        if with_cluster(cluster, move |c| c.reap_if_exited(member)).await {
+            exited = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    with_cluster(cluster, move |c| {
+        if let Some(volume) = c.volume(member) {
+            volume.resize(VOLUME_SIZE);
+        }
+        if !c.has_process(member) {
+            c.restart(member);
+        }
+    })
+    .await;
+    if exited {
+        "the member exited on the full disk and came back".into()
+    } else {
+        "the member kept serving on the full disk".into()
+    }
+}
+
+/// The size of each member's tmpfs when disk-full faults are scheduled.
+pub const VOLUME_SIZE: &str = "256m";
+
+fn used_bytes(path: &Path) -> Option<u64> {
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: statvfs fills the zeroed struct for a valid C path.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) };
+    (rc == 0).then(|| (stat.f_blocks - stat.f_bfree) * stat.f_frsize)
+}
+
+/// Tears the last record of the newest WAL segment: keeps `cut` modulo
+/// its length bytes of it (at least its first byte) and zeroes the rest,
+/// as a crash in the middle of that write leaves it. The WAL layout is
+/// crates/consensus/src/wal/mod.rs's: 16-byte headers, length first, then
+/// the payload; the preallocated tail is zeros.
+fn tear_last_wal_record(dir: &Path, cut: u64) -> String {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return format!("no WAL dir {}", dir.display());
+    };
+    let mut segments: Vec<_> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "wal"))
+        .collect();
+    segments.sort();
+    let Some(last) = segments.last() else {
+        return "no WAL segment".into();
+    };
+    let Ok(bytes) = std::fs::read(last) else {
+        return "unreadable WAL segment".into();
+    };
+    let (mut offset, mut last_record) = (0usize, None);
+    while offset + 16 <= bytes.len() {
+        let len =
+            u32::from_le_bytes(bytes[offset..offset + 4].try_into().expect("4 bytes")) as usize;
+        if len == 0 && bytes[offset..offset + 16].iter().all(|b| *b == 0) {
+            break;
+        }
+        let end = offset + 16 + len;
+        if end > bytes.len() {
+            break;
+        }
+        last_record = Some((offset, end));
+        offset = end;
+    }
+    let Some((start, end)) = last_record else {
+        return "empty WAL segment".into();
+    };
+    let keep = 1 + (cut % (end - start - 1) as u64) as usize;
+    let Ok(file) = std::fs::OpenOptions::new().write(true).open(last) else {
+        return "cannot open the WAL segment".into();
+    };
+    use std::os::unix::fs::FileExt;
+    let zeros = vec![0u8; end - start - keep];
+    match file.write_all_at(&zeros, (start + keep) as u64) {
+        Ok(()) => format!(
+            "tore the record at {}:{start} ({} of {} bytes kept)",
+            last.file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            keep,
+            end - start
+        ),
+        Err(e) => format!("cannot tear: {e}"),
+    }
+}
+
+fn failpoint_request(endpoint: &str, method: &str, name: &str, body: Option<&str>) -> bool {
+    crate::http::request(endpoint, method, &format!("/debug/failpoints/{name}"), body)
+        .is_ok_and(|r| r.status / 100 == 2)
+}
+
+/// Arms `name` to crash `member` once, makes the server reach it, waits
+/// for the crash and restarts the member.
+async fn crash_point(
+    cluster: &SharedCluster,
+    endpoints: &[String],
+    member: usize,
+    name: &'static str,
+    other: usize,
+) -> String {
+    let endpoint = endpoints[member].clone();
+    let armed = {
+        let endpoint = endpoint.clone();
+        tokio::task::spawn_blocking(move || {
+            failpoint_request(&endpoint, "PUT", name, Some("1*panic"))
+        })
+        .await
+        .unwrap_or(false)
+    };
+    if !armed {
+        return "could not arm (a server without failpoints?)".into();
+    }
+    // make the server reach the point
+    if name.starts_with("compact") || name.starts_with("defrag") {
+        compact_and_defrag(&endpoint, endpoints).await;
+    } else if name.contains("Snap") {
+        // a follower cut off long enough to need a snapshot when it comes
+        // back (the cluster runs with a small --snapshot-count)
+        let lagging = if name == "raftDuringSendSnapshot" {
+            (member + 1 + other) % endpoints.len()
+        } else {
+            member
+        };
+        with_cluster(cluster, move |c| c.isolate(lagging)).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        with_cluster(cluster, move |c| c.heal(lagging)).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
+    let mut crashed = false;
+    while tokio::time::Instant::now() < deadline {
+        if with_cluster(cluster, move |c| c.reap_if_exited(member)).await {
+            crashed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if crashed {
+        with_cluster(cluster, move |c| c.restart(member)).await;
+        "crashed there and came back".into()
+    } else {
+        tokio::task::spawn_blocking(move || failpoint_request(&endpoint, "DELETE", name, None))
+            .await
+            .ok();
+        "not reached in time (disarmed)".into()
+    }
+}

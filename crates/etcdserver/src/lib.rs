@@ -30,6 +30,17 @@ pub mod server;
 pub mod snapshot;
 pub mod wait;
 
+// Failpoint sites (`crate::fail_point!`) are compiled in only with the
+// `failpoints` feature (test builds); without it they expand to nothing.
+#[cfg(feature = "failpoints")]
+pub(crate) use failpoint::fail_point;
+#[cfg(not(feature = "failpoints"))]
+macro_rules! fail_point {
+    ($($site:tt)*) => {};
+}
+#[cfg(not(feature = "failpoints"))]
+pub(crate) use fail_point;
+
 pub use bootstrap::StartError;
 pub use config::ServerConfig;
 pub use server::{EtcdServer, CLUSTER_VERSION, ETCD_VERSION};

@@ -255,6 +255,11 @@ impl EtcdServer {
     /// Waits until this member has applied everything committed when the
     /// read began, as confirmed by a quorum (ReadIndex, ReadOnlySafe).
     pub async fn linearizable_read_notify(&self) -> Result<(), EtcdError> {
+        // A deliberately broken member for checking the linearizability
+        // checker: armed with `return`, a "linearizable" read is served from
+        // the local store at once, as a serializable one (a partitioned
+        // follower then answers stale values).
+        crate::fail_point!("brokenLinearizableRead", |_| Ok(()));
         let deadline = tokio::time::Instant::now() + self.cfg.request_timeout();
         let read_index = self
             .with_leader(deadline, || self.raft.read_index())

@@ -84,10 +84,14 @@ impl Store {
         }
         let started = Instant::now();
         let tmp = temporary_path(self.path());
+        crate::fail_point!("defragBeforeCopy");
         let copied = self.copy_compactly(&tmp);
         let copy_time = started.elapsed();
         let swap_started = Instant::now();
         let swapped = copied.and_then(|copy| {
+            // The copy is durable, the old file still in place (and no lock
+            // held: a sleep here stalls no write).
+            crate::fail_point!("defragBeforeRename");
             let _writer = self.writer.lock();
             let _pending = self.pending.write();
             std::fs::rename(&tmp, self.path())

@@ -124,6 +124,17 @@ pub mod watch;
 mod watch_group;
 mod watch_sync;
 
+// Failpoint sites (`crate::fail_point!`) are compiled in only with the
+// `failpoints` feature (test builds); without it they expand to nothing.
+#[cfg(feature = "failpoints")]
+pub(crate) use failpoint::fail_point;
+#[cfg(not(feature = "failpoints"))]
+macro_rules! fail_point {
+    ($($site:tt)*) => {};
+}
+#[cfg(not(feature = "failpoints"))]
+pub(crate) use fail_point;
+
 pub use backend::{scan_key_value, KeyValueFields, SideTable};
 pub use defrag::DefragStats;
 pub use revision::{Revision, RevisionKey};

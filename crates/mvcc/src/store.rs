@@ -397,6 +397,15 @@ impl Store {
         if nothing_pending && (!durable || self.durable_consistent_index() == consistent_index) {
             return Ok(());
         }
+        // etcd commits a compaction's scheduled revision and its deletions
+        // on their own; here both go in the next batch's one transaction,
+        // so etcd's two pairs of compaction failpoints fire around it.
+        let compacts = pending.compact_revision.is_some();
+        if compacts {
+            crate::fail_point!("compactBeforeCommitScheduledCompact");
+            crate::fail_point!("compactBeforeCommitBatch");
+        }
+        crate::fail_point!("beforeCommit");
         let started = std::time::Instant::now();
         let in_use = backend::commit_batch(
             &self.db(),
@@ -411,6 +420,11 @@ impl Store {
         )?;
         if let Some(observer) = self.commit_observer.get() {
             observer(started.elapsed());
+        }
+        crate::fail_point!("afterCommit");
+        if compacts {
+            crate::fail_point!("compactAfterCommitScheduledCompact");
+            crate::fail_point!("compactAfterCommitBatch");
         }
         // Overlay entries go only after redb has them (see the crate doc).
         let mut pending = RwLockUpgradableReadGuard::upgrade(pending);

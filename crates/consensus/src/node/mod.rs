@@ -216,18 +216,29 @@ impl Node {
         while let Some(mut persist) = self.core.ready() {
             self.send_now(std::mem::take(&mut persist.messages));
             if let Some(snapshot) = persist.snapshot.take() {
-                self.save_received_snapshot(&snapshot)?;
+                self.save_snapshot(&snapshot)?;
                 self.core.install_snapshot(snapshot.clone())?;
                 self.send_to_apply(CommittedBatch {
                     snapshot: Some(snapshot),
                     entries: Vec::new(),
                 })?;
             }
+            // The save failpoints fire only on a Ready that writes something
+            // (a heartbeat or a read round alone does not).
+            let saves = !persist.entries().is_empty() || persist.hard_state().is_some();
+            if saves {
+                crate::fail_point!("raftBeforeSave");
+            }
             self.wal.append(persist.entries(), persist.hard_state());
             if persist.must_sync() {
                 self.sync_wal()?;
             } else {
                 self.wal.flush()?;
+            }
+            // Durable now, and nothing that depends on it has gone out yet:
+            // no append response (advance), no commit, no apply, no answer.
+            if saves {
+                crate::fail_point!("raftAfterSave");
             }
             let advanced = self.core.advance(persist)?;
             self.send_now(advanced.persisted_messages);
@@ -264,15 +275,20 @@ impl Node {
         }
     }
 
-    /// A snapshot from the leader: its file, then its WAL marker, synced.
-    fn save_received_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), ConsensusError> {
+    /// A raft snapshot to disk (one from the leader, or our own): its file,
+    /// then its WAL marker, synced. A crash between steps leaves more WAL
+    /// than needed, never less.
+    fn save_snapshot(&mut self, snapshot: &Snapshot) -> Result<std::path::PathBuf, ConsensusError> {
         let meta = snapshot.get_metadata();
-        self.snapper.save(snapshot)?;
+        crate::fail_point!("raftBeforeSaveSnap");
+        let path = self.snapper.save(snapshot)?;
         self.wal.save_snapshot(SnapshotMarker {
             term: meta.term,
             index: meta.index,
         });
-        self.sync_wal()
+        self.sync_wal()?;
+        crate::fail_point!("raftAfterSaveSnap");
+        Ok(path)
     }
 
     /// Hands committed entries to the apply side.
@@ -319,11 +335,8 @@ impl Node {
             return Ok(());
         };
         let (index, term) = (snapshot.get_metadata().index, snapshot.get_metadata().term);
-        // Order matters: snapshot file, then WAL marker, then release. A crash
-        // between steps leaves more WAL than needed, never less.
-        let path = self.snapper.save(&snapshot)?;
-        self.wal.save_snapshot(SnapshotMarker { term, index });
-        self.sync_wal()?;
+        // Order matters: snapshot file and WAL marker, then release.
+        let path = self.save_snapshot(&snapshot)?;
         self.core.snapshot_saved(index)?;
         self.wal.release_to(index)?;
         tracing::info!(index, term, file = %path.display(), "raft: saved snapshot and released WAL");

@@ -158,5 +158,11 @@ fn read_chunks(
             }
         }
         sent += n as u64;
+        // Part of the file is on its way: a crash or a failed send here
+        // leaves the receiver with a partial snapshot. `return` fails the
+        // send, which raft is told of and retries.
+        crate::fail_point!("raftDuringSendSnapshot", |_| Err(
+            "failpoint raftDuringSendSnapshot".to_string()
+        ));
     }
 }

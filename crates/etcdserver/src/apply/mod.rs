@@ -311,6 +311,7 @@ impl Applier {
                 path.display()
             ))
         };
+        crate::fail_point!("raftBeforeApplySnap");
         if let Err(e) = self.machine.store.restore_from(&path) {
             return Err(failed("install the database snapshot", &e));
         }
@@ -320,6 +321,8 @@ impl Applier {
                 &e,
             )
         })?;
+        // The leader's backend is ours now; nothing is reported applied yet.
+        crate::fail_point!("raftAfterApplySnap");
         let applied = self.machine.store.consistent_index().max(index);
         tracing::info!(
             index,

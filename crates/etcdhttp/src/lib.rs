@@ -4,11 +4,14 @@
 //! which no HTTP route shares, so routing by path sends every gRPC call to
 //! tonic without a look at its headers; for a path no route takes, the
 //! content-type decides between gRPC's Unimplemented and HTTP's 404.
-//! `--listen-metrics-urls` serves /metrics and /health only.
+//! `--listen-metrics-urls` serves /metrics and /health only. A build with
+//! the `failpoints` feature also serves /debug/failpoints ([`failpoints`]).
 //!
 //! Every answer carries the CORS headers etcd's access controller adds
 //! (its default --cors is "*"), and OPTIONS gets an empty 200.
 
+#[cfg(feature = "failpoints")]
+pub mod failpoints;
 pub mod gateway;
 pub mod health;
 
@@ -151,9 +154,13 @@ pub fn metrics_router(server: Arc<EtcdServer>) -> axum::Router {
 /// Everything plain HTTP on the client port: metrics, health, version and
 /// the gateway. Merge with the gRPC routes and then call [`with_fallback`].
 pub fn client_router(server: Arc<EtcdServer>, gateway: Arc<Gateway>) -> axum::Router {
-    metrics_router(server)
+    let router = metrics_router(server)
         .route("/version", axum::routing::any(version))
-        .merge(gateway::router(gateway))
+        .merge(gateway::router(gateway));
+    // test builds only: arming failpoints at run time
+    #[cfg(feature = "failpoints")]
+    let router = router.merge(failpoints::router());
+    router
 }
 
 /// Sets the fallback for requests no route took.

@@ -516,6 +516,28 @@ impl Signals {
     }
 }
 
+/// Arms what OXCD_FAILPOINTS names (etcd's GOFAIL_FAILPOINTS) before
+/// anything starts, so that a failpoint can fire during start-up too. A
+/// wrong value is refused like a wrong flag: a test must not run believing
+/// a failpoint is armed.
+#[cfg(feature = "failpoints")]
+fn arm_failpoints() -> Result<(), ExitCode> {
+    match failpoint::arm_from_env() {
+        Ok(names) => {
+            for (name, action) in failpoint::list() {
+                if names.contains(&name) {
+                    tracing::warn!(failpoint = %name, %action, "failpoint armed from {}", failpoint::ENV);
+                }
+            }
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("oxcd: {}: {e}", failpoint::ENV);
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let flags = Flags::parse_from(normalize_args(std::env::args()));
     if flags.version {
@@ -525,6 +547,10 @@ fn main() -> ExitCode {
     if let Err(e) = embed::logutil::init(&flags.log_level) {
         eprintln!("oxcd: {e}");
         return ExitCode::from(2);
+    }
+    #[cfg(feature = "failpoints")]
+    if let Err(code) = arm_failpoints() {
+        return code;
     }
     let cfg = match config_from(flags) {
         Ok(cfg) => cfg,

@@ -243,6 +243,22 @@ fn health_and_version_answer_as_etcd_3_5() {
     let missing = http::get(endpoint, "/nope").unwrap();
     assert_eq!(missing.status, 404);
     assert_eq!(missing.body, "404 page not found\n");
+
+    // Failpoints are armed only in a build with them (tests/failpoints.rs).
+    if cfg!(not(feature = "failpoints")) {
+        let list = http::get(endpoint, "/debug/failpoints").unwrap();
+        assert_eq!(
+            (list.status, list.body.as_str()),
+            (404, "404 page not found\n")
+        );
+        let put = http::request(
+            endpoint,
+            "PUT",
+            "/debug/failpoints/raftAfterSave",
+            Some("panic"),
+        );
+        assert_eq!(put.unwrap().status, 404);
+    }
 }
 
 /// Every sample whose series starts with `prefix`: (series, value).

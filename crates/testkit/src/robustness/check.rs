@@ -925,3 +925,371 @@ fn convergence(history: &History, log: &RevisionLog, report: &mut Report) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The checker finds what it must: each test breaks one guarantee in an
+    //! otherwise correct history and requires the matching violation; the
+    //! correct history itself passes.
+
+    use super::*;
+    use crate::robustness::history::{MemberState, WatchResponse, WatchStream};
+
+    fn kv(key: &str, value: &str, create: i64, modified: i64, version: i64) -> Kv {
+        Kv {
+            key: key.into(),
+            value: value.into(),
+            create_revision: create,
+            mod_revision: modified,
+            version,
+            lease: 0,
+        }
+    }
+
+    fn put_event(kv: Kv, prev: Option<Kv>) -> Event {
+        Event {
+            kind: EventKind::Put,
+            kv,
+            prev_kv: prev,
+        }
+    }
+
+    fn op(call: u64, ret: Option<u64>, request: Request, response: Option<Response>) -> Operation {
+        Operation {
+            client: 0,
+            member: 0,
+            call,
+            ret,
+            request,
+            response,
+            error: None,
+        }
+    }
+
+    fn put(key: &str, value: &str) -> Request {
+        Request::Put {
+            key: key.into(),
+            value: value.into(),
+            lease: 0,
+        }
+    }
+
+    fn get(key: &str, serializable: bool) -> Request {
+        Request::Range {
+            key: key.into(),
+            end: String::new(),
+            revision: 0,
+            limit: 0,
+            serializable,
+            count_only: false,
+        }
+    }
+
+    fn read(revision: i64, kvs: Vec<Kv>) -> Response {
+        Response::Range {
+            revision,
+            count: kvs.len() as i64,
+            kvs,
+            more: false,
+        }
+    }
+
+    fn response(time: u64, revision: i64, events: Vec<Event>) -> WatchResponse {
+        WatchResponse {
+            time,
+            revision,
+            events,
+            created: false,
+            canceled: false,
+            compact_revision: 0,
+            cancel_reason: String::new(),
+        }
+    }
+
+    fn watcher(key: &str, end: &str, responses: Vec<WatchResponse>) -> Watcher {
+        Watcher {
+            client: 9,
+            key: key.into(),
+            end: end.into(),
+            prev_kv: true,
+            progress_notify: true,
+            streams: vec![WatchStream {
+                member: 0,
+                start_revision: 1,
+                opened: 0,
+                responses,
+                broken: None,
+            }],
+        }
+    }
+
+    /// a = 1 at revision 2, a = 2 at revision 3, b = 1 at revision 4; a
+    /// linearizable read of a, a serializable one of b, a CAS on a's mod
+    /// revision; a watch on "a" and one on everything; three members that
+    /// agree.
+    fn correct() -> History {
+        let a1 = kv("a", "1", 2, 2, 1);
+        let a2 = kv("a", "2", 2, 3, 2);
+        let b1 = kv("b", "1", 4, 4, 1);
+        let log_events = vec![
+            response(10, 2, vec![put_event(a1.clone(), None)]),
+            response(20, 3, vec![put_event(a2.clone(), Some(a1.clone()))]),
+            response(30, 4, vec![put_event(b1.clone(), None)]),
+        ];
+        let mut log = watcher("", "\0", log_events.clone());
+        log.prev_kv = false;
+        for r in &mut log.streams[0].responses {
+            for e in &mut r.events {
+                e.prev_kv = None;
+            }
+        }
+        let final_kvs = vec![a2.clone(), b1.clone()];
+        History {
+            seed: 1,
+            traffic: "kv".into(),
+            members: 3,
+            faults: Vec::new(),
+            operations: vec![
+                op(
+                    0,
+                    Some(10),
+                    put("a", "1"),
+                    Some(Response::Put { revision: 2 }),
+                ),
+                op(
+                    11,
+                    Some(20),
+                    put("a", "2"),
+                    Some(Response::Put { revision: 3 }),
+                ),
+                op(
+                    21,
+                    Some(25),
+                    get("a", false),
+                    Some(read(3, vec![a2.clone()])),
+                ),
+                op(
+                    26,
+                    Some(30),
+                    Request::Txn {
+                        compare: Compare::ModRevision("b".into(), 0),
+                        then: vec![TxnOp::Put {
+                            key: "b".into(),
+                            value: "1".into(),
+                            lease: 0,
+                        }],
+                        otherwise: vec![TxnOp::Get { key: "b".into() }],
+                    },
+                    Some(Response::Txn {
+                        revision: 4,
+                        succeeded: true,
+                        results: vec![OpResult::Put],
+                    }),
+                ),
+                op(31, Some(32), get("b", true), Some(read(3, vec![]))),
+                op(
+                    33,
+                    Some(34),
+                    get("b", true),
+                    Some(read(4, vec![b1.clone()])),
+                ),
+            ],
+            watchers: vec![
+                watcher("a", "", log_events[..2].to_vec()),
+                watcher("", "\0", log_events.clone()),
+            ],
+            log,
+            members_at_end: (0..3)
+                .map(|m| MemberState {
+                    member: m,
+                    revision: 4,
+                    compact_revision: 0,
+                    hash: 7,
+                    kvs: final_kvs.clone(),
+                })
+                .collect(),
+            broken_server: false,
+        }
+    }
+
+    fn violations(history: &History) -> Vec<String> {
+        check(history).violations
+    }
+
+    fn assert_found(history: &History, needle: &str) {
+        let found = violations(history);
+        assert!(
+            found.iter().any(|v| v.contains(needle)),
+            "expected a violation containing {needle:?}, got {found:#?}"
+        );
+    }
+
+    #[test]
+    fn a_correct_history_passes() {
+        assert_eq!(violations(&correct()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_stale_linearizable_read_is_not_linearizable() {
+        let mut h = correct();
+        // the read after a = 2 returned sees a = 1
+        h.operations[2].response = Some(read(2, vec![kv("a", "1", 2, 2, 1)]));
+        assert_found(&h, "not linearizable");
+    }
+
+    #[test]
+    fn a_lost_acknowledged_write_is_found() {
+        let mut h = correct();
+        // a put acknowledged at revision 5 that nothing has
+        h.operations.push(op(
+            40,
+            Some(41),
+            put("c", "1"),
+            Some(Response::Put { revision: 5 }),
+        ));
+        assert_found(&h, "acknowledged write missing");
+    }
+
+    #[test]
+    fn two_compare_and_swaps_on_one_revision_both_succeeding_are_not_linearizable() {
+        let mut h = correct();
+        // a second create of b that also claims to have succeeded
+        let mut second = h.operations[3].clone();
+        second.call = 35;
+        second.ret = Some(36);
+        second.request = Request::Txn {
+            compare: Compare::ModRevision("b".into(), 0),
+            then: vec![TxnOp::Put {
+                key: "b".into(),
+                value: "x".into(),
+                lease: 0,
+            }],
+            otherwise: vec![TxnOp::Get { key: "b".into() }],
+        };
+        second.response = Some(Response::Txn {
+            revision: 5,
+            succeeded: true,
+            results: vec![OpResult::Put],
+        });
+        h.operations.push(second);
+        assert_found(&h, "not linearizable");
+    }
+
+    #[test]
+    fn a_serializable_read_that_matches_no_revision_is_found() {
+        let mut h = correct();
+        // b seen at revision 3, before it existed
+        h.operations[4].response = Some(read(3, vec![kv("b", "1", 4, 4, 1)]));
+        assert_found(&h, "does not match the history");
+    }
+
+    #[test]
+    fn a_duplicate_watch_event_is_found() {
+        let mut h = correct();
+        let again = h.watchers[0].streams[0].responses[1].clone();
+        h.watchers[0].streams[0].responses.push(again);
+        assert_found(&h, "duplicate event");
+    }
+
+    #[test]
+    fn a_gap_in_a_watch_is_found() {
+        let mut h = correct();
+        // the watch on everything skips revision 3
+        h.watchers[1].streams[0].responses.remove(1);
+        assert_found(&h, "gap");
+    }
+
+    #[test]
+    fn events_out_of_order_are_found() {
+        let mut h = correct();
+        h.watchers[1].streams[0].responses.swap(0, 2);
+        assert_found(&h, "not ordered");
+    }
+
+    #[test]
+    fn a_revision_split_across_responses_is_not_atomic() {
+        let mut h = correct();
+        // revision 4 writes b and c; the watch delivers them apart
+        let c1 = kv("c", "1", 4, 4, 1);
+        h.log.streams[0].responses[2]
+            .events
+            .push(put_event(c1.clone(), None));
+        for m in &mut h.members_at_end {
+            m.kvs.push(c1.clone());
+        }
+        let responses = &mut h.watchers[1].streams[0].responses;
+        responses.push(response(31, 4, vec![put_event(c1, None)]));
+        assert_found(&h, "not atomic");
+    }
+
+    #[test]
+    fn a_progress_notification_ahead_of_an_event_is_found() {
+        let mut h = correct();
+        // progress at 4 before the event of revision 4
+        let responses = &mut h.watchers[1].streams[0].responses;
+        responses.insert(2, response(25, 4, vec![]));
+        assert_found(&h, "progress notification at 4 was ahead");
+    }
+
+    #[test]
+    fn a_wrong_prev_kv_is_found() {
+        let mut h = correct();
+        h.watchers[0].streams[0].responses[1].events[0].prev_kv = None;
+        assert_found(&h, "prev_kv");
+    }
+
+    #[test]
+    fn a_resume_that_skips_revisions_is_found() {
+        let mut h = correct();
+        // the watch on everything reconnects at 4 having had only 2
+        let w = &mut h.watchers[1];
+        let mut second = w.streams[0].clone();
+        w.streams[0].responses.truncate(1);
+        second.start_revision = 4;
+        second.responses = vec![second.responses[2].clone()];
+        w.streams.push(second);
+        assert_found(&h, "resumed at 4");
+    }
+
+    #[test]
+    fn members_that_diverged_are_found() {
+        let mut h = correct();
+        h.members_at_end[2].hash = 8;
+        assert_found(&h, "members diverged");
+    }
+
+    #[test]
+    fn a_history_watcher_that_misses_a_revision_is_found() {
+        let mut h = correct();
+        h.log.streams[0].responses.remove(1);
+        assert_found(&h, "revision 3 has no event");
+    }
+
+    #[test]
+    fn an_unknown_write_may_have_happened_or_not() {
+        let mut h = correct();
+        // a put that timed out and that nothing shows: fine
+        h.operations.push(op(40, None, put("z", "9"), None));
+        // a put that timed out but happened (the log and a read show it)
+        let z = kv("y", "8", 5, 5, 1);
+        h.operations.push(op(41, None, put("y", "8"), None));
+        h.operations.push(op(
+            50,
+            Some(51),
+            get("y", false),
+            Some(read(5, vec![z.clone()])),
+        ));
+        h.log.streams[0]
+            .responses
+            .push(response(45, 5, vec![put_event(z.clone(), None)]));
+        for m in &mut h.members_at_end {
+            m.revision = 5;
+            m.kvs.push(z.clone());
+            m.kvs.sort_by(|a, b| a.key.cmp(&b.key));
+        }
+        h.watchers[1].streams[0]
+            .responses
+            .push(response(45, 5, vec![put_event(z, None)]));
+        assert_eq!(violations(&h), Vec::<String>::new());
+    }
+}

@@ -438,9 +438,21 @@ async fn open_backend(cfg: &ServerConfig, metrics: &Metrics) -> Result<Backend, 
     let path = cfg.backend_path();
     let store = {
         let path = path.clone();
-        tokio::task::spawn_blocking(move || Store::open(&path))
-            .await
-            .map_err(|e| StartError::Config(format!("backend open task failed: {e}")))??
+        let snap_dir = cfg.member_dir().join("snap");
+        tokio::task::spawn_blocking(move || {
+            let store = Store::open(&path)?;
+            if let Some(index) = etcdserver::snapshot::install_received_backend(&store, &snap_dir)?
+            {
+                tracing::info!(
+                    index,
+                    "consistent-index" = store.consistent_index(),
+                    "installed the database snapshot received before a restart"
+                );
+            }
+            Ok::<_, mvcc::MvccError>(store)
+        })
+        .await
+        .map_err(|e| StartError::Config(format!("backend open task failed: {e}")))??
     };
     let store = Arc::new(store);
     store.set_commit_observer(metrics.backend_commit_observer());

@@ -3,7 +3,7 @@
 //! streams it out of band), and a follower installs the copy it received.
 
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,4 +49,32 @@ impl SnapshotSource for BackendSnapshots {
             Ok(path)
         })
     }
+}
+
+/// A member that crashed after raft saved a snapshot from the leader (its
+/// `.snap` file and WAL marker) but before the received backend replaced
+/// its own restarts with the backend behind that snapshot, which raft
+/// refuses. The received file is still in `snap_dir` (it is removed only
+/// once installed): it is installed now, before anything reads the
+/// backend, as etcd's recoverSnapshotBackend does. The snapshot's index
+/// when one was installed.
+pub fn install_received_backend(
+    store: &Store,
+    snap_dir: &Path,
+) -> Result<Option<u64>, mvcc::MvccError> {
+    let newest = match consensus::snap::load_newest(snap_dir) {
+        Ok(newest) => newest,
+        // raft's own start reads the snap dir again and says what is wrong
+        Err(_) => return Ok(None),
+    };
+    let Some(index) = newest.map(|s| s.get_metadata().index) else {
+        return Ok(None);
+    };
+    let received = consensus::transport::received_backend_path(snap_dir, index);
+    if store.consistent_index() >= index || !received.exists() {
+        return Ok(None);
+    }
+    store.restore_from(&received)?;
+    let _ = std::fs::remove_file(&received);
+    Ok(Some(index))
 }

@@ -317,8 +317,8 @@ async fn every_storage_crash_point_restarts_with_every_acknowledged_write() {
 
 /// A member that catches up by snapshot: the leader's first send breaks off
 /// after part of the file (`raftDuringSendSnapshot=1*return`) and is sent
-/// again; the member crashes before or after the received backend replaces
-/// its own, and restarted it has every key.
+/// again; the member crashes once raft saved the snapshot, before or after
+/// the received backend replaces its own, and restarted it has every key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_around_installing_a_snapshot_restarts_with_every_key() {
     // Snapshot every 100 entries and keep only 10 below it: a member that
@@ -329,7 +329,12 @@ async fn a_crash_around_installing_a_snapshot_restarts_with_every_key() {
         "--experimental-snapshot-catchup-entries",
         "10",
     ];
-    for name in ["raftAfterApplySnap"] {
+    // (failpoint, whether the member's backend was replaced before the crash)
+    for (name, installed) in [
+        ("raftAfterApplySnap", true),
+        ("raftBeforeApplySnap", false),
+        ("raftAfterSaveSnap", false),
+    ] {
         let mut cluster = {
             let _env = ENVIRONMENT.lock().unwrap_or_else(|e| e.into_inner());
             Cluster::start(3, &args)
@@ -403,5 +408,13 @@ async fn a_crash_around_installing_a_snapshot_restarts_with_every_key() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         assert_eq!(value_of(&mut lag, "k399").await.as_deref(), Some("v399"));
+        // Raft saved the snapshot before the crash: the restart installs the
+        // received backend, which raft needs to start at all.
+        let log = cluster.members[lagging].as_ref().unwrap().log_text();
+        assert_eq!(
+            log.contains("installed the database snapshot received before a restart"),
+            !installed,
+            "{name}:\n{log}"
+        );
     }
 }

@@ -40,7 +40,7 @@ pub use link::{
 pub use listener::{
     accept_until_stop, serve_peer_listener, MAX_PEER_CONNECTIONS, MAX_PEER_STREAMS_PER_CONNECTION,
 };
-pub use service::{PeerService, MAX_PEER_RPC_BYTES};
+pub use service::{received_backend_path, PeerService, MAX_PEER_RPC_BYTES};
 pub use snapshot::SNAPSHOT_CHUNK_BYTES;
 
 use std::collections::HashMap;

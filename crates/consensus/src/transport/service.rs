@@ -1,7 +1,7 @@
 //! The peer gRPC service: probes and received snapshots, from members only.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +23,14 @@ pub const MAX_PEER_RPC_BYTES: usize = SNAPSHOT_CHUNK_BYTES + 64 * 1024;
 /// A snapshot stream whose next chunk does not come within this is dropped
 /// (and its partial file removed).
 const SNAPSHOT_CHUNK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where a backend received from the leader waits in `snap_dir` until the
+/// apply side installs it (and removes it): etcd's `<index>.snap.db`. A
+/// restart that finds the backend behind the newest raft snapshot installs
+/// it from here.
+pub fn received_backend_path(snap_dir: &Path, index: u64) -> PathBuf {
+    snap_dir.join(format!("{index:016x}.snap.db"))
+}
 
 /// The next chunk of a snapshot stream, if it comes in time.
 async fn next_chunk(
@@ -126,8 +134,7 @@ impl Peer for PeerService {
             ));
         }
         let index = msg.get_snapshot().get_metadata().index;
-        // etcd's name for a received backend: <index>.snap.db in the snap dir.
-        let path = self.snap_dir.join(format!("{index:016x}.snap.db"));
+        let path = received_backend_path(&self.snap_dir, index);
         let partial = self.snap_dir.join(format!("{index:016x}.snap.db.part"));
         let io =
             |e: std::io::Error| Status::internal(format!("writing the received snapshot: {e}"));

@@ -66,6 +66,8 @@
 //! `snap/%016x-%016x.snap` (see [`snap`]). `snap/db` belongs to the backend.
 
 mod fatal;
+#[cfg(test)]
+mod fuzz_tests;
 mod import;
 pub mod logger;
 mod node;

@@ -24,7 +24,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use protobuf::Message as _;
-use raft::eraftpb::Snapshot;
+use raft::eraftpb::{ConfChangeSingle, ConfChangeType, ConfState, Snapshot};
 
 use crate::wal::sync_dir;
 
@@ -103,7 +103,78 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
     if crc32fast::hash(body) != crc {
         return Err("crc mismatch".into());
     }
-    Snapshot::parse_from_bytes(body).map_err(|e| e.to_string())
+    let snapshot = Snapshot::parse_from_bytes(body).map_err(|e| e.to_string())?;
+    let conf_state = snapshot.get_metadata().get_conf_state();
+    if !restorable(conf_state) {
+        return Err(format!("configuration raft cannot restore: {conf_state:?}"));
+    }
+    Ok(snapshot)
+}
+
+/// Whether raft can start from `conf_state` as it is. raft-rs rebuilds a
+/// snapshot's configuration change by change (`confchange::restore`) and
+/// panics ("invalid restore") when what it built differs from what the
+/// snapshot says: a learner that is also a voter, a `learners_next` that
+/// is not an outgoing voter, `auto_leave` outside a joint configuration.
+/// raft never writes such a state, so a file holding one is damaged; the
+/// same rebuild is run here, with raft's own `Changer`, so that it is
+/// refused like any damaged file instead of stopping the member.
+pub(crate) fn restorable(conf_state: &ConfState) -> bool {
+    let change = |node_id: u64, change_type: ConfChangeType| {
+        let mut change = ConfChangeSingle {
+            node_id,
+            ..Default::default()
+        };
+        change.set_change_type(change_type);
+        change
+    };
+    let outgoing = conf_state.get_voters_outgoing();
+    let incoming: Vec<ConfChangeSingle> = (outgoing.iter())
+        .map(|id| change(*id, ConfChangeType::RemoveNode))
+        .chain(
+            conf_state
+                .get_voters()
+                .iter()
+                .map(|id| change(*id, ConfChangeType::AddNode)),
+        )
+        .chain(
+            (conf_state.get_learners().iter())
+                .chain(conf_state.get_learners_next())
+                .map(|id| change(*id, ConfChangeType::AddLearnerNode)),
+        )
+        .collect();
+    let mut tracker = raft::ProgressTracker::new(1);
+    let mut apply = |joint: bool, changes: &[ConfChangeSingle]| {
+        let mut changer = raft::Changer::new(&tracker);
+        let changed = if joint {
+            changer.enter_joint(conf_state.auto_leave, changes)
+        } else {
+            changer.simple(changes)
+        };
+        changed.map(|(conf, map)| tracker.apply_conf(conf, map, 1))
+    };
+    let rebuilt = if outgoing.is_empty() {
+        incoming
+            .iter()
+            .try_for_each(|c| apply(false, std::slice::from_ref(c)))
+    } else {
+        (outgoing.iter())
+            .try_for_each(|id| apply(false, &[change(*id, ConfChangeType::AddNode)]))
+            .and_then(|()| apply(true, &incoming))
+    };
+    rebuilt.is_ok() && same_configuration(&tracker.conf().to_conf_state(), conf_state)
+}
+
+/// raft-rs's `conf_state_eq`: the same members in each role, in any order.
+fn same_configuration(a: &ConfState, b: &ConfState) -> bool {
+    let same = |x: &[u64], y: &[u64]| {
+        x.iter().all(|id| y.contains(id)) && y.iter().all(|id| x.contains(id))
+    };
+    same(a.get_voters(), b.get_voters())
+        && same(a.get_learners(), b.get_learners())
+        && same(a.get_voters_outgoing(), b.get_voters_outgoing())
+        && same(a.get_learners_next(), b.get_learners_next())
+        && a.auto_leave == b.auto_leave
 }
 
 /// The newest snapshot file of `dir` that decodes (its metadata: index,
@@ -248,6 +319,43 @@ mod tests {
         let loaded = snapper.load_newest().unwrap().unwrap();
         assert_eq!(loaded.get_metadata().index, 100);
         assert!(newest.with_extension("snap.broken").exists());
+    }
+
+    #[test]
+    fn snap_file_with_a_configuration_raft_cannot_restore_is_set_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let snapper = Snapshotter::new(dir.path()).unwrap();
+        snapper.save(&snapshot(1, 100, vec![1])).unwrap();
+        // sound bytes, CRC and all, but a learner that is also a voter:
+        // raft-rs's restore panics on it ("invalid restore")
+        let mut bad = snapshot(1, 200, vec![1, 2]);
+        bad.mut_metadata().mut_conf_state().learners = vec![2];
+        let newest = snapper.save(&bad).unwrap();
+        assert!(decode(&encode(&bad))
+            .unwrap_err()
+            .starts_with("configuration raft cannot restore"));
+        let loaded = snapper.load_newest().unwrap().unwrap();
+        assert_eq!(loaded.get_metadata().index, 100);
+        assert!(newest.with_extension("snap.broken").exists());
+        // what raft writes passes: joint, learners, learners_next, none
+        let mut joint = ConfState {
+            voters: vec![1, 2, 3],
+            learners: vec![5],
+            voters_outgoing: vec![1, 2, 4, 6],
+            learners_next: vec![4],
+            auto_leave: true,
+            ..Default::default()
+        };
+        assert!(restorable(&joint));
+        joint.learners_next = vec![7];
+        assert!(!restorable(&joint), "learners_next must be outgoing voters");
+        assert!(restorable(&ConfState::default()));
+        let auto_leave_alone = ConfState {
+            voters: vec![1],
+            auto_leave: true,
+            ..Default::default()
+        };
+        assert!(!restorable(&auto_leave_alone));
     }
 
     #[test]

@@ -50,7 +50,22 @@ pub(super) fn rewrite(
     others.sort_unstable();
     others.dedup();
     changes.extend(others.iter().map(|id| (ConfChangeType::RemoveNode, *id)));
-    let last = entries.last().map_or(snap_index, |e| e.index).max(commit);
+    // What was applied or committed must be in the log, or the forced
+    // entries would follow a gap (raft's log would not hold together).
+    let last = entries
+        .last()
+        .map_or(snap_index, |e| e.index)
+        .max(snap_index);
+    if commit > last {
+        return Err(ConsensusError::Corrupt(format!(
+            "cannot force a new cluster: commit index {commit} is beyond the log's last index {last}"
+        )));
+    }
+    if last.checked_add(changes.len() as u64).is_none() {
+        return Err(ConsensusError::Corrupt(format!(
+            "cannot force a new cluster: no index after the log's last index {last}"
+        )));
+    }
     let term = hard_state.term;
     let mut forced = Vec::with_capacity(changes.len());
     for (i, (change_type, node_id)) in changes.into_iter().enumerate() {

@@ -419,7 +419,7 @@ pub async fn adopt_raft_link(
 
 /// Why an inbound raft link was closed by this member.
 #[derive(Debug, thiserror::Error)]
-enum LinkError {
+pub(crate) enum LinkError {
     #[error("message of {0} bytes is larger than {MAX_PEER_MESSAGE_BYTES}")]
     TooLarge(usize),
     #[error("inbound raft links already hold {MAX_RAFT_LINK_BUFFERED_BYTES} bytes")]
@@ -433,13 +433,13 @@ enum LinkError {
 }
 
 /// Bytes of frames held by inbound links, released when dropped.
-struct LinkBytes<'a> {
+pub(crate) struct LinkBytes<'a> {
     total: &'a AtomicUsize,
     held: usize,
 }
 
 impl<'a> LinkBytes<'a> {
-    fn new(total: &'a AtomicUsize) -> Self {
+    pub(crate) fn new(total: &'a AtomicUsize) -> Self {
         LinkBytes { total, held: 0 }
     }
 
@@ -468,7 +468,7 @@ impl Drop for LinkBytes<'_> {
 /// Reads one frame into `payload`, which grows with the bytes received and
 /// is charged to `budget` meanwhile. Ok(false): the link closed between
 /// frames.
-async fn read_frame<R: tokio::io::AsyncRead + Unpin>(
+pub(crate) async fn read_frame<R: tokio::io::AsyncRead + Unpin>(
     reader: &mut R,
     payload: &mut Vec<u8>,
     budget: &mut LinkBytes<'_>,

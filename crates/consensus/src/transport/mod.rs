@@ -27,7 +27,7 @@
 //! (the peer port: raft links and gRPC sorted by their first bytes).
 
 mod dial;
-mod link;
+pub(crate) mod link;
 mod listener;
 mod service;
 mod snapshot;

@@ -98,7 +98,7 @@
 mod fault_tests;
 mod file;
 mod ops;
-mod record;
+pub(crate) mod record;
 mod replay;
 /// Every record of the WAL in `dir`, checked: its segments, the replayed
 /// state, the last segment's tail and the metadata.

@@ -163,7 +163,9 @@ impl Replay {
                             // raft log truncation on conflict
                             self.entries.truncate((e.index - first) as usize);
                         } else if e.index > last + 1 {
-                            if e.index <= snapshot_index + 1 {
+                            // (`e.index - 1`: a marker at u64::MAX, damaged but
+                            // sealed, must not overflow)
+                            if e.index - 1 <= snapshot_index {
                                 // the log restarts after a snapshot received from the leader
                                 self.entries.clear();
                             } else {

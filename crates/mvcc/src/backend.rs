@@ -331,6 +331,17 @@ pub(crate) fn load(db: &Database) -> Result<Loaded, MvccError> {
             leased.remove(fields.key);
         }
     }
+    // The other tables are read through once too: redb checks a page as
+    // it reads it and panics on some damage (an invalid key), which the
+    // caller's `without_panics` turns into refusing the file here rather
+    // than a panic in a later read of it (a hash, a side-table lookup).
+    for row in meta.iter().map_err(backend_error)? {
+        let (k, v) = row.map_err(backend_error)?;
+        let _ = (k.value(), v.value());
+    }
+    for side in SideTable::ALL {
+        load_side(db, side)?;
+    }
     Ok(Loaded {
         index,
         current_revision: current_revision.max(compact_revision),

@@ -92,27 +92,32 @@ impl Store {
         let _defrag = self.defrag_lock.lock();
         let _writer = self.writer.lock();
         let db = self.db();
-        let snapshot_db = redb::Builder::new()
-            .set_cache_size(crate::snapshot_file::COPY_CACHE_BYTES)
-            .open(source)
-            .map_err(backend_error)?;
-        let snapshot = snapshot_db.begin_read().map_err(backend_error)?;
-        let mut txn = db.begin_write().map_err(backend_error)?;
-        txn.set_durability(Durability::Immediate)
-            .map_err(backend_error)?;
-        txn.delete_table(KEY_TABLE).map_err(backend_error)?;
-        txn.delete_table(META_TABLE).map_err(backend_error)?;
-        for side in SideTable::ALL {
-            txn.delete_table(side.definition()).map_err(backend_error)?;
-        }
-        copy_all(&snapshot, &txn)?;
-        // A leader running an older format sends its own.
-        backend::upgrade_format(&txn)?;
-        txn.commit().map_err(backend_error)?;
-        drop(snapshot);
-        drop(snapshot_db);
-
-        let loaded = backend::load(&db)?;
+        // The file came from another member: redb panics on some damage
+        // (as Store::open meets it), which must refuse the file, not stop
+        // the thread installing it. A panic before the commit leaves this
+        // store as it was (the write transaction is dropped, aborted).
+        let loaded = backend::without_panics(source, || {
+            let snapshot_db = redb::Builder::new()
+                .set_cache_size(crate::snapshot_file::COPY_CACHE_BYTES)
+                .open(source)
+                .map_err(backend_error)?;
+            let snapshot = snapshot_db.begin_read().map_err(backend_error)?;
+            let mut txn = db.begin_write().map_err(backend_error)?;
+            txn.set_durability(Durability::Immediate)
+                .map_err(backend_error)?;
+            txn.delete_table(KEY_TABLE).map_err(backend_error)?;
+            txn.delete_table(META_TABLE).map_err(backend_error)?;
+            for side in SideTable::ALL {
+                txn.delete_table(side.definition()).map_err(backend_error)?;
+            }
+            copy_all(&snapshot, &txn)?;
+            // A leader running an older format sends its own.
+            backend::upgrade_format(&txn)?;
+            txn.commit().map_err(backend_error)?;
+            drop(snapshot);
+            drop(snapshot_db);
+            backend::load(&db)
+        })?;
         // The revision jumps here without a write transaction, so no watcher
         // was notified of the revisions in between: synced watchers go back
         // to unsynced and catch up from the restored file (etcd's

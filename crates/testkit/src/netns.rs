@@ -109,6 +109,13 @@ impl NetnsCluster {
         self.wait_ready(i);
     }
 
+    /// Starts a stopped member with `env` set, without waiting for it to
+    /// become ready (it may be meant to crash on the way).
+    pub fn spawn_with_env(&mut self, i: usize, env: &[(&str, &str)]) {
+        assert!(self.members[i].is_none(), "m{} is running", i + 1);
+        self.members[i] = Some(self.spawn_env(i, env));
+    }
+
     /// Whether member `i` has a process (running, paused or exited).
     pub fn has_process(&self, i: usize) -> bool {
         self.members[i].is_some()
@@ -197,6 +204,10 @@ impl NetnsCluster {
     }
 
     fn spawn(&self, i: usize) -> Process {
+        self.spawn_env(i, &[])
+    }
+
+    fn spawn_env(&self, i: usize, env: &[(&str, &str)]) -> Process {
         let addr = format!("{}.{}", self.subnet, i + 1);
         let data_dir = self.data_dir(i);
         let mut cmd = Command::new("ip");
@@ -213,7 +224,8 @@ impl NetnsCluster {
                 &format!("http://{addr}:2380"),
             ])
             .args(["--initial-cluster", &self.initial_cluster])
-            .args(&self.extra);
+            .args(&self.extra)
+            .envs(env.iter().copied());
         let mut p = Process::spawn(cmd, &data_dir);
         p.endpoint = format!("http://{addr}:2379");
         p

@@ -229,13 +229,14 @@ fn main() -> ExitCode {
             let bad = caught != args.broken_server;
             violations_total += report.violations.len();
             println!(
-                "run {} seed {seed}: {} ops ({} unknown), {} checked for linearizability, {} reads against the log, {} watch events; faults: {}; {:.1}s; {}",
+                "run {} seed {seed}: {} ops ({} unknown), {} checked for linearizability, {} reads against the log, {} watch events, {} warnings; faults: {}; {:.1}s; {}",
                 traffic.name(),
                 report.operations,
                 report.unknown,
                 report.linearizability_ops,
                 report.reads_checked_against_log,
                 report.watch_events,
+                report.warnings.len(),
                 history
                     .faults
                     .iter()

@@ -227,7 +227,10 @@ async fn compact_and_defrag(target: &str, endpoints: &[String]) -> String {
         let Some(mut client) = connect(endpoint, timeout).await else {
             continue;
         };
-        let Ok(Ok(status)) = tokio::time::timeout(timeout, client.get("", None)).await else {
+        let any = etcd_client::GetOptions::new()
+            .with_all_keys()
+            .with_count_only();
+        let Ok(Ok(status)) = tokio::time::timeout(timeout, client.get("", Some(any))).await else {
             continue;
         };
         let revision = status.header().map_or(0, |h| h.revision()) - 5;
@@ -366,7 +369,10 @@ async fn crash_point(
     other: usize,
 ) -> String {
     let endpoint = endpoints[member].clone();
-    let armed = {
+    // a member that installs a snapshot is one that was down: it is armed
+    // from the environment when it starts again
+    let on_install = name.contains("ApplySnap");
+    let armed = on_install || {
         let endpoint = endpoint.clone();
         tokio::task::spawn_blocking(move || {
             failpoint_request(&endpoint, "PUT", name, Some("1*panic"))
@@ -381,16 +387,24 @@ async fn crash_point(
     if name.starts_with("compact") || name.starts_with("defrag") {
         compact_and_defrag(&endpoint, endpoints).await;
     } else if name.contains("Snap") {
-        // a follower cut off long enough to need a snapshot when it comes
-        // back (the cluster runs with a small --snapshot-count)
+        // a follower down long enough to need a snapshot when it comes back
+        // (the cluster runs with a small --snapshot-count)
         let lagging = if name == "raftDuringSendSnapshot" {
             (member + 1 + other) % endpoints.len()
         } else {
             member
         };
-        with_cluster(cluster, move |c| c.isolate(lagging)).await;
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        with_cluster(cluster, move |c| c.heal(lagging)).await;
+        with_cluster(cluster, move |c| c.kill9(lagging)).await;
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        with_cluster(cluster, move |c| {
+            if on_install {
+                let spec = format!("{name}=1*panic");
+                c.spawn_with_env(lagging, &[("OXCD_FAILPOINTS", &spec)]);
+            } else {
+                c.restart(lagging);
+            }
+        })
+        .await;
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
     let mut crashed = false;
@@ -408,6 +422,19 @@ async fn crash_point(
         tokio::task::spawn_blocking(move || failpoint_request(&endpoint, "DELETE", name, None))
             .await
             .ok();
+        if std::env::var_os("ROBUSTNESS_VERBOSE").is_some() {
+            let tail = with_cluster(cluster, move |c| {
+                (0..3)
+                    .map(|i| format!("m{}:\n{}", i + 1, c.log_tail(i, 400)))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .await;
+            eprintln!(
+                "robustness: {name} not reached on m{}; its log ends:\n{tail}",
+                member + 1
+            );
+        }
         "not reached in time (disarmed)".into()
     }
 }

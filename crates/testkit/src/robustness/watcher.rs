@@ -127,7 +127,7 @@ async fn follow(
         tokio::time::interval(spec.request_progress.unwrap_or(Duration::from_millis(500)));
     // a stream quiet for this long while the run still writes is stuck: a
     // partitioned member never closes it
-    let quiet_limit = Duration::from_secs(3);
+    let quiet_limit = Duration::from_millis(1500);
     let mut last_heard = tokio::time::Instant::now();
     loop {
         tokio::select! {
@@ -175,7 +175,7 @@ async fn follow(
                     }
                 }
                 if last_heard.elapsed() > quiet_limit {
-                    return Err("no response for 3 s".into());
+                    return Err("no response for 1.5 s".into());
                 }
             }
             _ = target.changed() => {}

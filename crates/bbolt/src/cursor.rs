@@ -27,9 +27,10 @@ pub struct Item<'c> {
 /// once).
 ///
 /// It refuses keys that are empty or not strictly ascending, trees deeper
-/// than [`MAX_TREE_DEPTH`], and a walk that reads more pages than the file
-/// holds (which only a page referenced twice can cause); it does not look
-/// for every inconsistency: [`Reader::check`] does.
+/// than [`MAX_TREE_DEPTH`], a path whose pages overlap (so that what it
+/// holds stays within the file's size), and a walk that reads more pages
+/// than the file holds (which only a page referenced twice can cause); it
+/// does not look for every inconsistency: [`Reader::check`] does.
 pub struct Cursor {
     stack: Vec<Frame>,
     /// Page buffers of finished frames, reused.
@@ -41,6 +42,9 @@ pub struct Cursor {
 
 struct Frame {
     page: u64,
+    /// The last page it spans (its overflow pages); None for an inline
+    /// bucket's page, which is a copy out of its parent's value.
+    last_page: Option<u64>,
     is_leaf: bool,
     bytes: Vec<u8>,
     count: usize,
@@ -79,6 +83,7 @@ impl Frame {
         check_element_table(page, &bytes, count)?;
         Ok(Frame {
             page,
+            last_page: (!inline).then(|| page + u64::from(header.overflow)),
             is_leaf,
             bytes,
             count,
@@ -127,7 +132,26 @@ impl Cursor {
             });
         }
         let mut bytes = self.spare.pop().unwrap_or_default();
-        reader.read_page(id, &mut bytes)?;
+        let header = reader.read_page(id, &mut bytes)?;
+        // The pages of one path never share a page in a sound tree; a path
+        // that revisits one (a cycle, or a page inside another's overflow
+        // pages) would hold the same bytes again at every level, up to
+        // MAX_TREE_DEPTH times the file.
+        let last = id + u64::from(header.overflow);
+        let overlapped = self.stack.iter().find(|frame| {
+            frame
+                .last_page
+                .is_some_and(|frame_last| id <= frame_last && frame.page <= last)
+        });
+        if let Some(frame) = overlapped {
+            return Err(ReadError::Corrupt {
+                page: id,
+                what: format!(
+                    "overlaps page {} on the path from the bucket's root (a reference cycle?)",
+                    frame.page
+                ),
+            });
+        }
         Frame::new(id, false, bytes)
     }
 
@@ -142,7 +166,11 @@ impl Cursor {
                 return Ok(None);
             };
             if top.next >= top.count {
-                if let Some(done) = self.stack.pop() {
+                if let Some(mut done) = self.stack.pop() {
+                    // one page kept for reuse, not an overflowing page's
+                    // many (which would add up, buffer by buffer)
+                    done.bytes.clear();
+                    done.bytes.shrink_to(reader.page_size() as usize);
                     self.spare.push(done.bytes);
                 }
                 continue;

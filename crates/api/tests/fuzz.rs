@@ -16,7 +16,10 @@ use api::codec::{
 };
 use api::etcdserverpb::{self as pb, request_op, InternalRaftRequest, RequestOp, TxnRequest};
 use api::{oxcdpeerpb, v3electionpb, v3lockpb};
-use fuzz_support::{bounded, mutate, on_stack, random_bytes, some_bytes, Fuzz, Meter};
+use fuzz_support::{
+    bounded, field_number, mutate, on_stack, protobuf_fields, put_key, put_varint, some_bytes,
+    Fuzz, Meter,
+};
 use prost::bytes::Bytes;
 use prost::Message;
 
@@ -31,87 +34,6 @@ static METER: Meter = Meter;
 /// from the input.
 const BYTES_PER_INPUT_BYTE: usize = 256;
 const SLACK_BYTES: usize = 64 * 1024;
-
-// ---- a protobuf-shaped generator ----
-
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push(value as u8 | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
-
-fn put_key(out: &mut Vec<u8>, field: u32, wire_type: u8) {
-    put_varint(out, (u64::from(field) << 3) | u64::from(wire_type));
-}
-
-/// Field numbers worth hitting: the small ones every message uses, and
-/// InternalRaftRequest's (header 100, auth 1000+, members 1301).
-const FIELD_NUMBERS: &[u32] = &[
-    100, 1000, 1011, 1012, 1013, 1100, 1101, 1102, 1103, 1104, 1105, 1106, 1107, 1200, 1201, 1202,
-    1203, 1204, 1301,
-];
-
-fn field_number(rng: &mut fastrand::Rng) -> u32 {
-    match rng.u8(..16) {
-        0 => FIELD_NUMBERS[rng.usize(..FIELD_NUMBERS.len())],
-        1 => rng.u32(1..1 << 29),
-        _ => rng.u32(1..14),
-    }
-}
-
-fn varint_value(rng: &mut fastrand::Rng) -> u64 {
-    match rng.u8(..6) {
-        0 => 0,
-        1 => 1,
-        2 => rng.u64(..300),
-        3 => (-(rng.i64(1..1000))) as u64, // a negative int64: ten bytes
-        4 => fuzz_support::huge(rng),
-        _ => rng.u64(..u64::from(u32::MAX)),
-    }
-}
-
-/// Random fields, well-formed at every level, nested `depth` deep at most.
-fn random_message(rng: &mut fastrand::Rng, depth: usize, out: &mut Vec<u8>) {
-    for _ in 0..rng.usize(0..7) {
-        let field = field_number(rng);
-        match rng.u8(..10) {
-            0..=2 => {
-                put_key(out, field, 0);
-                put_varint(out, varint_value(rng));
-            }
-            3 => {
-                put_key(out, field, 1);
-                out.extend(random_bytes(rng, 8));
-            }
-            4 => {
-                put_key(out, field, 5);
-                out.extend(random_bytes(rng, 4));
-            }
-            5..=7 if depth > 0 => {
-                let mut nested = Vec::new();
-                random_message(rng, depth - 1, &mut nested);
-                put_key(out, field, 2);
-                put_varint(out, nested.len() as u64);
-                out.extend(nested);
-            }
-            8 if rng.u8(..8) == 0 => {
-                // a group, or a wire type that does not exist
-                put_key(out, field, rng.u8(3..8));
-                if rng.bool() {
-                    put_key(out, field, 4);
-                }
-            }
-            _ => {
-                let data = some_bytes(rng, 0..24);
-                put_key(out, field, 2);
-                put_varint(out, data.len() as u64);
-                out.extend(data);
-            }
-        }
-    }
-}
 
 // ---- valid seeds, mutated ----
 
@@ -262,7 +184,7 @@ fn input(rng: &mut fastrand::Rng, seeds: &[Vec<u8>]) -> Vec<u8> {
         0..=2 => {
             let mut bytes = Vec::new();
             let depth = rng.usize(0..6);
-            random_message(rng, depth, &mut bytes);
+            protobuf_fields(rng, depth, &mut bytes);
             bytes
         }
         3..=6 => {
@@ -469,7 +391,7 @@ fn lengths_past_the_input_are_refused_not_allocated() {
             // A length-delimited field (bytes, string, message, packed)
             // claiming up to 2^64 bytes, followed by a few real ones.
             let mut bytes = Vec::new();
-            random_message(&mut rng, 2, &mut bytes);
+            protobuf_fields(&mut rng, 2, &mut bytes);
             put_key(&mut bytes, field_number(&mut rng), 2);
             put_varint(&mut bytes, fuzz_support::huge(&mut rng));
             bytes.extend(some_bytes(&mut rng, 0..32));

@@ -9,9 +9,9 @@
 //!   thread, so that a harness can hold a decoder to "allocates in
 //!   proportion to its input, never to a length it reads" ([`peak_bytes`]);
 //! * [`mutate`]: the damage done to valid inputs (bit flips, bytes set to
-//!   0/0xff, truncation, splices, length-looking fields made huge).
-//!
-//! Nothing here is specific to one format.
+//!   0/0xff, truncation, splices, length-looking fields made huge);
+//! * [`protobuf_fields`]: random protobuf wire-format fields, for the
+//!   decoders of etcd's messages.
 
 #![allow(dead_code)]
 
@@ -282,6 +282,89 @@ pub fn mutate(rng: &mut fastrand::Rng, bytes: &mut Vec<u8>) {
                 let copy = bytes[at..at + len].to_vec();
                 let to = rng.usize(..=bytes.len());
                 bytes.splice(to..to, copy);
+            }
+        }
+    }
+}
+
+// ---- protobuf-shaped bytes ----
+
+pub fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+pub fn put_key(out: &mut Vec<u8>, field: u32, wire_type: u8) {
+    put_varint(out, (u64::from(field) << 3) | u64::from(wire_type));
+}
+
+/// Field numbers worth hitting in etcd's messages: the small ones every
+/// message uses, and InternalRaftRequest's (header 100, auth 1000+,
+/// members 1301).
+const FIELD_NUMBERS: &[u32] = &[
+    100, 1000, 1011, 1012, 1013, 1100, 1101, 1102, 1103, 1104, 1105, 1106, 1107, 1200, 1201, 1202,
+    1203, 1204, 1301,
+];
+
+pub fn field_number(rng: &mut fastrand::Rng) -> u32 {
+    match rng.u8(..16) {
+        0 => FIELD_NUMBERS[rng.usize(..FIELD_NUMBERS.len())],
+        1 => rng.u32(1..1 << 29),
+        _ => rng.u32(1..14),
+    }
+}
+
+fn varint_value(rng: &mut fastrand::Rng) -> u64 {
+    match rng.u8(..6) {
+        0 => 0,
+        1 => 1,
+        2 => rng.u64(..300),
+        3 => (-(rng.i64(1..1000))) as u64, // a negative int64: ten bytes
+        4 => huge(rng),
+        _ => rng.u64(..u64::from(u32::MAX)),
+    }
+}
+
+/// Random protobuf fields, well-formed at every level (so that decoders
+/// get past the wire format to the fields), nested `depth` deep at most.
+pub fn protobuf_fields(rng: &mut fastrand::Rng, depth: usize, out: &mut Vec<u8>) {
+    for _ in 0..rng.usize(0..7) {
+        let field = field_number(rng);
+        match rng.u8(..10) {
+            0..=2 => {
+                put_key(out, field, 0);
+                put_varint(out, varint_value(rng));
+            }
+            3 => {
+                put_key(out, field, 1);
+                out.extend(random_bytes(rng, 8));
+            }
+            4 => {
+                put_key(out, field, 5);
+                out.extend(random_bytes(rng, 4));
+            }
+            5..=7 if depth > 0 => {
+                let mut nested = Vec::new();
+                protobuf_fields(rng, depth - 1, &mut nested);
+                put_key(out, field, 2);
+                put_varint(out, nested.len() as u64);
+                out.extend(nested);
+            }
+            8 if rng.u8(..8) == 0 => {
+                // a group, or a wire type that does not exist
+                put_key(out, field, rng.u8(3..8));
+                if rng.bool() {
+                    put_key(out, field, 4);
+                }
+            }
+            _ => {
+                let data = some_bytes(rng, 0..24);
+                put_key(out, field, 2);
+                put_varint(out, data.len() as u64);
+                out.extend(data);
             }
         }
     }

@@ -427,6 +427,14 @@ pub fn kv_history(history: &History, log: &RevisionLog) -> KvHistory {
     let log_is_whole = log.complete_through >= last_revision(history);
     let mut out: KvHistory = Vec::new();
     let mut write_revisions: HashSet<i64> = HashSet::new();
+    // revisions a client's put, delete or transaction made: a revoke whose
+    // header names one of them made no revision of its own
+    let client_revisions: HashSet<i64> = history
+        .operations
+        .iter()
+        .filter_map(expected_events)
+        .map(|(rev, _)| rev)
+        .collect();
     for op in &history.operations {
         let refused = op.response.is_none() && op.ret.is_some();
         if refused {
@@ -592,6 +600,9 @@ pub fn kv_history(history: &History, log: &RevisionLog) -> KvHistory {
                 // the keys the revoke deleted, at its revision (a revoke
                 // of a lease without keys makes no revision: its header
                 // names someone else's)
+                if client_revisions.contains(revision) {
+                    continue;
+                }
                 for key in revoke_deletes(log, *id, *revision) {
                     write_revisions.insert(*revision);
                     push(
@@ -1263,6 +1274,61 @@ mod tests {
         let mut h = correct();
         h.log.streams[0].responses.remove(1);
         assert_found(&h, "revision 3 has no event");
+    }
+
+    #[test]
+    fn a_revoke_after_its_key_was_deleted_made_no_revision() {
+        let mut h = correct();
+        // l on lease 5 at revision 5, deleted by a client at 6; the revoke
+        // that follows finds nothing and answers with header 6
+        let mut l = kv("l", "1", 5, 5, 1);
+        l.lease = 5;
+        let delete = Event {
+            kind: EventKind::Delete,
+            kv: kv("l", "", 0, 6, 0),
+            prev_kv: None,
+        };
+        h.operations.push(op(
+            40,
+            Some(41),
+            Request::Put {
+                key: "l".into(),
+                value: "1".into(),
+                lease: 5,
+            },
+            Some(Response::Put { revision: 5 }),
+        ));
+        h.operations.push(op(
+            42,
+            Some(43),
+            Request::Delete { key: "l".into() },
+            Some(Response::Delete {
+                revision: 6,
+                deleted: 1,
+            }),
+        ));
+        h.operations.push(op(
+            44,
+            Some(45),
+            Request::LeaseRevoke { id: 5 },
+            Some(Response::LeaseRevoke { revision: 6 }),
+        ));
+        let events = [
+            response(41, 5, vec![put_event(l.clone(), None)]),
+            response(43, 6, vec![delete]),
+        ];
+        h.log.streams[0].responses.extend(events.iter().cloned());
+        h.watchers[1].streams[0]
+            .responses
+            .extend(events.iter().cloned());
+        for m in &mut h.members_at_end {
+            m.revision = 6;
+        }
+        // the watch on everything has prev_kv: give it the truth
+        let w = &mut h.watchers[1].streams[0].responses;
+        let n = w.len();
+        w[n - 1].events[0].prev_kv = Some(l);
+        assert_eq!(violations(&h), Vec::<String>::new());
     }
 
     #[test]

@@ -9,6 +9,8 @@ pub mod checks;
 pub mod cluster;
 pub mod concurrency;
 pub mod election;
+#[cfg(test)]
+mod fuzz_tests;
 pub mod kv;
 pub mod lease;
 pub mod lock;

@@ -176,12 +176,14 @@ pub(crate) fn syntax_error(input: &[u8], error: &serde_json::Error) -> String {
     }
 }
 
-/// The character at serde_json's (1-based) line and column.
+/// The character at serde_json's (1-based) line and column (a byte
+/// column): the byte there, as Go's encoding/json names it (`quoteChar`:
+/// the byte as a character, so the first byte of a multi-byte one),
+/// which does not depend on whether the rest of it has arrived yet.
 fn char_at(input: &[u8], line: usize, column: usize) -> Option<char> {
     let line = input.split(|b| *b == b'\n').nth(line.checked_sub(1)?)?;
-    let rest = line.get(column.checked_sub(1)?..)?;
-    let head = &rest[..rest.len().min(4)];
-    String::from_utf8_lossy(head).chars().next()
+    line.get(column.checked_sub(1)?)
+        .map(|byte| char::from(*byte))
 }
 
 fn decode_base64(text: &str) -> Result<Vec<u8>, Status> {

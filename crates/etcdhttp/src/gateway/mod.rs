@@ -15,6 +15,8 @@
 //! arrive ([`serve_bidi`]). etcd 3.5 serves no HashKV route (its gateway
 //! answers 404), so neither do we.
 
+#[cfg(test)]
+mod fuzz_tests;
 pub(crate) mod json;
 mod reflect;
 mod stream;
@@ -351,6 +353,23 @@ fn error_response(status: &Status) -> http::Response<Body> {
     json_response(http_status(status.code()), error_body(status), false)
 }
 
+/// The JSON value of a unary route's body, as grpc-gateway reads it: the
+/// body's first JSON value (what follows it is not read), `null` for an
+/// empty body, InvalidArgument for a body that is not JSON.
+fn request_value(body: &[u8]) -> Result<Value, Status> {
+    if json::nesting_depth(body) > json::MAX_DEPTH {
+        // deeper than any txn the gRPC decoder takes (etcd's budget refuses it)
+        return Err(api::rpctypes::TOO_MANY_OPS.status());
+    }
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    deserializer.disable_recursion_limit();
+    match deserializer.into_iter().next() {
+        None => Ok(Value::Null),
+        Some(Ok(value)) => Ok(value),
+        Some(Err(e)) => Err(Status::invalid_argument(json::syntax_error(body, &e))),
+    }
+}
+
 /// Serves one route that takes one request.
 pub(crate) async fn serve_route(
     gateway: Arc<Gateway>,
@@ -368,21 +387,9 @@ pub(crate) async fn serve_route(
         Ok(body) => body,
         Err(e) => return error_response(&Status::invalid_argument(e.to_string())),
     };
-    // grpc-gateway decodes the body's first JSON value (what follows it is
-    // not read), takes an empty body as an empty request, and answers
-    // InvalidArgument to a body that is not JSON.
-    if json::nesting_depth(&body) > json::MAX_DEPTH {
-        // deeper than any txn the gRPC decoder takes (etcd's budget refuses it)
-        return error_response(&api::rpctypes::TOO_MANY_OPS.status());
-    }
-    let mut deserializer = serde_json::Deserializer::from_slice(&body);
-    deserializer.disable_recursion_limit();
-    let value = match deserializer.into_iter().next() {
-        None => Value::Null,
-        Some(Ok(value)) => value,
-        Some(Err(e)) => {
-            return error_response(&Status::invalid_argument(json::syntax_error(&body, &e)))
-        }
+    let value = match request_value(&body) {
+        Ok(value) => value,
+        Err(status) => return error_response(&status),
     };
     match route(&gateway, value, credentials).await {
         Ok(Answer::Message(json)) => json_response(StatusCode::OK, json, true),

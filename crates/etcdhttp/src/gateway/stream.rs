@@ -35,7 +35,7 @@ pub(crate) type ResultLines =
     Pin<Box<dyn Stream<Item = Result<Bytes, std::convert::Infallible>> + Send>>;
 
 /// Splits a body of concatenated JSON values, chunk by chunk.
-struct JsonValues {
+pub(super) struct JsonValues {
     /// The start of a value not yet complete.
     buffer: Vec<u8>,
     /// The body's first syntax error, in Go's words, until decoded.
@@ -45,7 +45,7 @@ struct JsonValues {
 }
 
 impl JsonValues {
-    fn new() -> JsonValues {
+    pub(super) fn new() -> JsonValues {
         JsonValues {
             buffer: Vec::new(),
             error: None,
@@ -55,7 +55,7 @@ impl JsonValues {
 
     /// The values `chunk` completes, in order; after a syntax error, the
     /// values before it (the error waits in `error`).
-    fn push(&mut self, chunk: &[u8]) -> Vec<Value> {
+    pub(super) fn push(&mut self, chunk: &[u8]) -> Vec<Value> {
         if self.failed {
             return Vec::new();
         }
@@ -72,8 +72,9 @@ impl JsonValues {
                     }
                     Some(Err(e)) if e.is_eof() => break,
                     Some(Err(e)) => {
-                        let start = stream.byte_offset();
-                        self.error = Some(syntax_error(&self.buffer[start..], &e));
+                        // serde's line and column count from the buffer's
+                        // start, not the failed value's
+                        self.error = Some(syntax_error(&self.buffer, &e));
                         self.failed = true;
                         consumed = self.buffer.len();
                         break;
@@ -90,7 +91,7 @@ impl JsonValues {
     }
 
     /// The body ended: a value left incomplete is a syntax error.
-    fn finish(&mut self) {
+    pub(super) fn finish(&mut self) {
         if !self.failed && !self.buffer.iter().all(u8::is_ascii_whitespace) {
             if let Err(e) = serde_json::from_slice::<Value>(&self.buffer) {
                 self.error = Some(syntax_error(&self.buffer, &e));
@@ -102,7 +103,7 @@ impl JsonValues {
 
     /// Decodes the values as requests, in order, up to the first that is
     /// not one or the syntax error, which ends the list as an Err.
-    fn decode<Req: FromJson>(&mut self, values: Vec<Value>) -> Vec<Result<Req, Status>> {
+    pub(super) fn decode<Req: FromJson>(&mut self, values: Vec<Value>) -> Vec<Result<Req, Status>> {
         let mut requests = Vec::with_capacity(values.len() + 1);
         for value in &values {
             let request = Req::from_json(value);

@@ -21,6 +21,8 @@ pub mod compactor;
 pub mod config;
 pub mod corrupt;
 pub mod errors;
+#[cfg(test)]
+mod fuzz_tests;
 pub mod lease_driver;
 pub mod membership;
 pub mod metrics;

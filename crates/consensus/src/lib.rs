@@ -66,6 +66,7 @@
 //! `snap/%016x-%016x.snap` (see [`snap`]). `snap/db` belongs to the backend.
 
 mod fatal;
+pub mod fileutil;
 #[cfg(test)]
 mod fuzz_tests;
 mod import;
@@ -155,6 +156,9 @@ pub struct StartOptions {
     /// [`SNAPSHOT_CATCH_UP_ENTRIES`]. A follower further behind gets the
     /// backend as a snapshot.
     pub snapshot_catch_up_entries: u64,
+    /// etcd's `--pre-vote=false`: candidates campaign at once, without
+    /// first asking whether they could win (PreVote is on by default).
+    pub disable_pre_vote: bool,
     /// Told how long each WAL fdatasync took (the server's
     /// etcd_disk_wal_fsync_duration_seconds); this crate knows no metrics.
     pub wal_sync_observer: Option<wal::SyncObserver>,

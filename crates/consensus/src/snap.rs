@@ -194,7 +194,7 @@ pub(crate) struct Snapshotter {
 
 impl Snapshotter {
     pub fn new(dir: &Path) -> Result<Snapshotter, SnapError> {
-        fs::create_dir_all(dir).map_err(io_err(dir))?;
+        crate::fileutil::create_private_dir_all(dir).map_err(io_err(dir))?;
         Ok(Snapshotter {
             dir: dir.to_path_buf(),
         })

@@ -553,8 +553,8 @@ where
     tonic::transport::Server::builder()
         .accept_http1(true)
         .max_concurrent_streams(server.cfg.max_concurrent_streams)
-        .http2_keepalive_interval(Some(Duration::from_secs(2 * 60 * 60)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .http2_keepalive_interval(server.cfg.grpc_keepalive.map(|(interval, _)| interval))
+        .http2_keepalive_timeout(server.cfg.grpc_keepalive.map(|(_, timeout)| timeout))
         .layer(crate::grpc_compat::GrpcGuardLayer {
             is_learner: Some({
                 let server = std::sync::Arc::downgrade(&server);

@@ -568,6 +568,7 @@ fn start_raft(
     };
     let options = consensus::StartOptions {
         snapshot_catch_up_entries: cfg.snapshot_catch_up_entries,
+        disable_pre_vote: !cfg.pre_vote,
         wal_sync_observer: Some(metrics.wal_sync_observer()),
         wal: consensus::wal::WalOptions {
             unsafe_no_fsync: cfg.unsafe_no_fsync,

@@ -2,7 +2,6 @@
 //! this member is (member and cluster IDs, known members), and the state
 //! rebuilt from the backend (alarms, leases).
 
-use std::fs;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 
@@ -193,17 +192,22 @@ pub fn check_volume(cfg: &ServerConfig) -> Result<(), StartError> {
 }
 
 /// etcd's data dir shape, refusing a dir that holds etcd's own bbolt files.
+/// As etcd's NewServer: the data dir, `member/snap` and `member` are
+/// touched (created 0700, or warned about when they exist with another
+/// mode: never refused), and the WAL dir is created 0700.
 pub fn prepare_data_dir(cfg: &ServerConfig) -> Result<(), StartError> {
     let member = cfg.member_dir();
-    for dir in [member.join("wal"), member.join("snap")] {
-        fs::create_dir_all(&dir)
-            .map_err(|e| StartError::DataDir(format!("cannot create {}: {e}", dir.display())))?;
+    let fail = |dir: &std::path::Path, e: std::io::Error| {
+        StartError::DataDir(format!(
+            "cannot access data directory {}: {e}",
+            dir.display()
+        ))
+    };
+    for dir in [cfg.data_dir.clone(), member.join("snap"), member.clone()] {
+        consensus::fileutil::touch_dir_all(&dir).map_err(|e| fail(&dir, e))?;
     }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = fs::set_permissions(&cfg.data_dir, fs::Permissions::from_mode(0o700));
-    }
+    let wal = member.join("wal");
+    consensus::fileutil::create_private_dir_all(&wal).map_err(|e| fail(&wal, e))?;
     check_backend_is_ours(&cfg.backend_path())
 }
 

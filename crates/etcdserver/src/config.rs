@@ -28,6 +28,10 @@ pub struct ServerConfig {
     /// etcd's --strict-reconfig-check (default on): refuse membership
     /// changes that could cause quorum loss.
     pub strict_reconfig_check: bool,
+    /// etcd's --pre-vote (default on): a candidate first asks whether it
+    /// could win, so a member rejoining after a partition does not disrupt
+    /// the leader with a higher term.
+    pub pre_vote: bool,
     /// etcd's --force-new-cluster.
     pub force_new_cluster: bool,
     pub snapshot_count: u64,
@@ -42,6 +46,10 @@ pub struct ServerConfig {
     pub snapshot_catch_up_entries: u64,
     /// HTTP/2 streams per client connection; None = unlimited, as etcd.
     pub max_concurrent_streams: Option<u32>,
+    /// --grpc-keepalive-interval and --grpc-keepalive-timeout: how often the
+    /// server pings an idle client connection, and how long it waits for
+    /// the answer; None (either flag 0) disables the pings, as etcd.
+    pub grpc_keepalive: Option<(Duration, Duration)>,
     /// How often an idle progress_notify watcher gets an empty response
     /// with the current revision (etcd's
     /// --experimental-watch-progress-notify-interval; 0 disables).
@@ -51,6 +59,8 @@ pub struct ServerConfig {
     pub listen_metrics_urls: Vec<String>,
     /// `--metrics extensive`: also the gRPC handling time histograms.
     pub metrics_extensive: bool,
+    /// `--enable-pprof`: serve profiles under /debug/pprof on client URLs.
+    pub enable_pprof: bool,
     /// How often the leader checkpoints remaining lease TTLs through raft
     /// (etcd's --experimental-lease-checkpoint-interval, used when
     /// --experimental-enable-lease-checkpoint is set); None: no checkpoints.
@@ -122,6 +132,7 @@ impl Default for ServerConfig {
             initial_cluster_state: "new".into(),
             initial_cluster_token: "etcd-cluster".into(),
             strict_reconfig_check: true,
+            pre_vote: true,
             force_new_cluster: false,
             snapshot_count: 100_000,
             heartbeat: Duration::from_millis(100),
@@ -130,10 +141,12 @@ impl Default for ServerConfig {
             max_txn_ops: 128,
             quota_backend_bytes: 2 * 1024 * 1024 * 1024,
             max_concurrent_streams: None,
+            grpc_keepalive: Some((Duration::from_secs(2 * 60 * 60), Duration::from_secs(20))),
             snapshot_catch_up_entries: 5000,
             watch_progress_notify_interval: Duration::from_secs(10 * 60),
             listen_metrics_urls: Vec::new(),
             metrics_extensive: false,
+            enable_pprof: false,
             lease_checkpoint_interval: None,
             auto_compaction: None,
             auto_compaction_revision_interval: crate::compactor::REVISION_CHECK_INTERVAL,

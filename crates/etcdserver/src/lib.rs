@@ -43,6 +43,7 @@ macro_rules! fail_point {
 #[cfg(not(feature = "failpoints"))]
 pub(crate) use fail_point;
 
+pub use auth::go_duration_nanos;
 pub use bootstrap::StartError;
 pub use config::ServerConfig;
 pub use server::{EtcdServer, CLUSTER_VERSION, ETCD_VERSION};

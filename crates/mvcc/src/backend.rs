@@ -205,8 +205,22 @@ pub(crate) fn without_panics<T>(
     }
 }
 
+/// Creates (or opens) the redb file at `path` with `builder`; a new file is
+/// made 0600 first, as etcd's bbolt files (`fileutil.PrivateFileMode`), an
+/// existing one keeps its mode.
+pub(crate) fn create_private(builder: &redb::Builder, path: &Path) -> Result<Database, MvccError> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+        .open(path)
+        .map_err(|e| MvccError::Backend(format!("cannot create {}: {e}", path.display())))?;
+    builder.create(path).map_err(backend_error)
+}
+
 pub(crate) fn open_database(path: &Path) -> Result<Database, MvccError> {
-    let db = builder().create(path).map_err(backend_error)?;
+    let db = create_private(&builder(), path)?;
     // Make sure both tables and the format version exist, so readers never
     // meet a missing table.
     let txn = db.begin_write().map_err(backend_error)?;

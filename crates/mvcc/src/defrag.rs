@@ -123,9 +123,7 @@ impl Store {
     fn copy_compactly(&self, tmp: &Path) -> Result<Database, MvccError> {
         let _ = std::fs::remove_file(tmp);
         let snapshot = self.db().begin_read().map_err(backend_error)?;
-        let mut copy = crate::backend::builder()
-            .create(tmp)
-            .map_err(backend_error)?;
+        let mut copy = crate::backend::create_private(&crate::backend::builder(), tmp)?;
         let mut txn = copy.begin_write().map_err(backend_error)?;
         txn.set_durability(Durability::Immediate)
             .map_err(backend_error)?;

@@ -73,10 +73,10 @@ impl Store {
                 }
             };
         let _ = std::fs::remove_file(dest);
-        let copy = redb::Builder::new()
-            .set_cache_size(crate::snapshot_file::COPY_CACHE_BYTES)
-            .create(dest)
-            .map_err(backend_error)?;
+        let copy = crate::backend::create_private(
+            redb::Builder::new().set_cache_size(crate::snapshot_file::COPY_CACHE_BYTES),
+            dest,
+        )?;
         let mut txn = copy.begin_write().map_err(backend_error)?;
         txn.set_durability(Durability::Immediate)
             .map_err(backend_error)?;

@@ -361,10 +361,10 @@ impl SnapshotFile {
     ) -> Result<RestoreSummary, SnapshotFileError> {
         let source = self.open_database()?;
         let from = source.begin_read().map_err(backend_error)?;
-        let db = redb::Builder::new()
-            .set_cache_size(COPY_CACHE_BYTES)
-            .create(dest)
-            .map_err(backend_error)?;
+        let db = crate::backend::create_private(
+            redb::Builder::new().set_cache_size(COPY_CACHE_BYTES),
+            dest,
+        )?;
         let mut txn = db.begin_write().map_err(backend_error)?;
         txn.set_durability(Durability::Immediate)
             .map_err(backend_error)?;

@@ -92,9 +92,11 @@ fn logs_are_etcd_shaped_json() {
 
 #[test]
 fn unknown_flags_and_bad_values_get_a_clear_error() {
+    // Go's flag package's words, exit status 2
     let out = run_oxcd(&["--no-such-flag"]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--no-such-flag"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("flag provided but not defined: -no-such-flag"));
     let out = run_oxcd(&["--snapshot-count", "many"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("snapshot-count"));

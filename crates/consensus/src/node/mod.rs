@@ -56,8 +56,8 @@ impl Node {
         committed: mpsc::Sender<CommittedBatch>,
         shared: Arc<Shared>,
     ) -> Result<Node, ConsensusError> {
-        let config = raft_config(cfg)?;
-        std::fs::create_dir_all(&cfg.member_dir)?;
+        let config = raft_config(cfg, !options.disable_pre_vote)?;
+        crate::fileutil::create_private_dir_all(&cfg.member_dir)?;
         let snapper = Snapshotter::new(&cfg.member_dir.join("snap"))?;
         let wal_dir = cfg.member_dir.join("wal");
         let snapshot = snapper.load_newest()?;
@@ -408,8 +408,9 @@ async fn wait_for_stop(shared: &Shared) {
 }
 
 /// raft's configuration from the member's: one tick per heartbeat, etcd's
-/// flow control, CheckQuorum, PreVote and ReadIndex confirmed by a quorum.
-fn raft_config(cfg: &RaftConfig) -> Result<Config, ConsensusError> {
+/// flow control, CheckQuorum, PreVote (unless `--pre-vote=false`) and
+/// ReadIndex confirmed by a quorum.
+fn raft_config(cfg: &RaftConfig, pre_vote: bool) -> Result<Config, ConsensusError> {
     if cfg.id == INVALID_ID {
         return Err(ConsensusError::Config("member id must not be 0".into()));
     }
@@ -429,7 +430,7 @@ fn raft_config(cfg: &RaftConfig) -> Result<Config, ConsensusError> {
         max_size_per_msg: MAX_SIZE_PER_MSG,
         max_inflight_msgs: MAX_INFLIGHT_MSGS,
         check_quorum: true,
-        pre_vote: true,
+        pre_vote,
         read_only_option: ReadOnlyOption::Safe,
         ..Default::default()
     })

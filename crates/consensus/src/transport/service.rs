@@ -138,7 +138,15 @@ impl Peer for PeerService {
         let partial = self.snap_dir.join(format!("{index:016x}.snap.db.part"));
         let io =
             |e: std::io::Error| Status::internal(format!("writing the received snapshot: {e}"));
-        let mut file = tokio::fs::File::create(&partial).await.map_err(io)?;
+        // 0600, as etcd's received snapshot databases (snap/db.go)
+        let mut file = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(crate::fileutil::PRIVATE_FILE_MODE)
+            .open(&partial)
+            .await
+            .map_err(io)?;
         receive.partial = Some(partial.clone());
         let mut received = 0u64;
         let mut last = first.last;

@@ -289,7 +289,7 @@ impl Wal {
 
     /// Creates a new WAL in `dir` (created if missing) holding only metadata.
     pub fn create(dir: &Path, metadata: Metadata, options: WalOptions) -> Result<Wal, WalError> {
-        fs::create_dir_all(dir).map_err(io_err(dir))?;
+        crate::fileutil::create_private_dir_all(dir).map_err(io_err(dir))?;
         if Wal::exists(dir) {
             return Err(WalError::Inconsistent {
                 dir: dir.to_path_buf(),

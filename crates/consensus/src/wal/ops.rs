@@ -38,8 +38,9 @@ pub trait FileOps: Send + Sync + fmt::Debug {
 pub struct OsFileOps;
 
 impl FileOps for OsFileOps {
+    /// Created 0600, as etcd's WAL files.
     fn create(&self, path: &Path) -> io::Result<File> {
-        File::create(path)
+        crate::fileutil::create_private_file(path)
     }
 
     fn write_at(&self, file: &File, buf: &[u8], offset: u64) -> io::Result<()> {

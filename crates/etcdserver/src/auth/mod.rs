@@ -13,6 +13,7 @@
 //! skips them).
 
 mod jwt;
+pub use jwt::go_duration_nanos;
 pub mod perms;
 pub(crate) mod requests;
 pub mod tokens;

@@ -68,7 +68,7 @@ pub(super) fn parse_go_duration(s: &str) -> Option<Duration> {
 }
 
 /// Go's time.ParseDuration, in nanoseconds (Go's Duration, an int64).
-pub(super) fn go_duration_nanos(text: &str) -> Result<i64, String> {
+pub fn go_duration_nanos(text: &str) -> Result<i64, String> {
     let invalid = || format!("time: invalid duration {text:?}");
     let (negative, mut rest) = match text.as_bytes().first() {
         Some(b'-') => (true, &text[1..]),

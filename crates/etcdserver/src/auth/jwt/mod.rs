@@ -420,6 +420,7 @@ fn claims_are_current(claims: &Map<String, Value>, now: i64) -> bool {
 }
 
 mod go;
+pub use go::go_duration_nanos;
 mod keys;
 #[cfg(test)]
 mod tests;

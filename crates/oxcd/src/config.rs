@@ -1,0 +1,540 @@
+//! The flags' values to the member's configuration, with etcd's checks
+//! (embed/config.go `Validate`, etcdmain's) in etcd's words, and the
+//! start-up warnings for flags that do nothing in oxcd.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use embed::ServerConfig;
+
+use crate::flags::{self, Effect, Flags, Level, Note};
+
+/// etcd's maxElectionMs.
+const MAX_ELECTION_MS: u64 = 50_000;
+/// etcd's rafthttp DefaultConnReadTimeout / DefaultConnWriteTimeout: the
+/// least `--raft-read-timeout` and `--raft-write-timeout` are raised to.
+const MIN_RAFT_CONN_TIMEOUT: Duration = Duration::from_secs(5);
+/// etcd's recommendedMaxRequestBytes (10 MiB): above it, a warning.
+const RECOMMENDED_MAX_REQUEST_BYTES: u64 = 10 * 1024 * 1024;
+/// etcd's maxSamplingRatePerMillion.
+const MAX_SAMPLING_RATE_PER_MILLION: i64 = 1_000_000;
+
+/// The member's configuration and the lines to log before it starts.
+#[derive(Debug)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub notes: Vec<Note>,
+}
+
+/// The configuration `flags` ask for, or etcd's error for them.
+pub fn config_from(flags: &Flags) -> Result<Config, String> {
+    let mut notes = Vec::new();
+    for spec in flags::specs() {
+        if !flags.is_set(spec.name) {
+            continue;
+        }
+        match spec.effect {
+            Effect::Effective => {}
+            Effect::NoEffect(reason) => notes.push(Note {
+                level: Level::Warn,
+                msg: "flag has no effect in oxcd",
+                fields: vec![
+                    ("flag", format!("--{}", spec.name)),
+                    ("reason", reason.to_string()),
+                ],
+            }),
+            Effect::Refused(reason) => {
+                let default = flags::set_default(spec);
+                if *flags.value(spec.name) != default {
+                    return Err(format!(
+                        "--{} is not supported by oxcd: {reason}",
+                        spec.name
+                    ));
+                }
+            }
+        }
+    }
+    validate(flags, &mut notes)?;
+    let name = flags.str("name").to_string();
+    let advertise_peer = flags.list("initial-advertise-peer-urls").to_vec();
+    let initial_cluster = flags.str("initial-cluster").to_string();
+    // etcd's default initial cluster names the member by --name
+    let initial_cluster = if flags.is_set("initial-cluster") {
+        initial_cluster
+    } else {
+        advertise_peer
+            .iter()
+            .map(|u| format!("{name}={u}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let data_dir = match flags.str("data-dir") {
+        "" => PathBuf::from(format!("{name}.oxcd")),
+        dir => PathBuf::from(dir),
+    };
+    let auto_compaction = etcdserver::compactor::parse(
+        flags.str("auto-compaction-mode"),
+        flags.str("auto-compaction-retention"),
+        go_duration,
+    )?;
+    let keepalive = (flags.nanos("grpc-keepalive-interval") > 0
+        && flags.nanos("grpc-keepalive-timeout") > 0)
+        .then(|| {
+            (
+                flags.duration("grpc-keepalive-interval"),
+                flags.duration("grpc-keepalive-timeout"),
+            )
+        });
+    let lease_checkpoint = flags.bool("experimental-enable-lease-checkpoint");
+    let server = ServerConfig {
+        data_dir,
+        name,
+        listen_client_urls: flags.list("listen-client-urls").to_vec(),
+        listen_client_http_urls: flags.list("listen-client-http-urls").to_vec(),
+        advertise_client_urls: flags.list("advertise-client-urls").to_vec(),
+        listen_peer_urls: flags.list("listen-peer-urls").to_vec(),
+        initial_advertise_peer_urls: advertise_peer,
+        initial_cluster,
+        initial_cluster_state: flags.str("initial-cluster-state").to_string(),
+        initial_cluster_token: flags.str("initial-cluster-token").to_string(),
+        strict_reconfig_check: flags.bool("strict-reconfig-check"),
+        pre_vote: flags.bool("pre-vote"),
+        force_new_cluster: flags.bool("force-new-cluster"),
+        snapshot_count: flags.uint("snapshot-count"),
+        heartbeat: Duration::from_millis(flags.uint("heartbeat-interval")),
+        election_timeout: Duration::from_millis(flags.uint("election-timeout")),
+        max_request_bytes: usize::try_from(flags.uint("max-request-bytes")).unwrap_or(usize::MAX),
+        max_txn_ops: usize::try_from(flags.uint("max-txn-ops")).unwrap_or(usize::MAX),
+        quota_backend_bytes: quota_backend_bytes(flags.int("quota-backend-bytes")),
+        snapshot_catch_up_entries: flags.uint("experimental-snapshot-catchup-entries").max(1),
+        max_concurrent_streams: match flags.uint("max-concurrent-streams") {
+            n if n >= u64::from(u32::MAX) => None,
+            n => Some(n as u32),
+        },
+        grpc_keepalive: keepalive,
+        watch_progress_notify_interval: flags
+            .duration("experimental-watch-progress-notify-interval"),
+        listen_metrics_urls: flags.list("listen-metrics-urls").to_vec(),
+        metrics_extensive: flags.str("metrics") == "extensive",
+        enable_pprof: flags.bool("enable-pprof"),
+        lease_checkpoint_interval: lease_checkpoint
+            .then(|| flags.duration("experimental-lease-checkpoint-interval"))
+            .filter(|interval| !interval.is_zero()),
+        auto_compaction,
+        initial_corrupt_check: flags.bool("experimental-initial-corrupt-check"),
+        corrupt_check_time: flags.duration("experimental-corrupt-check-time"),
+        unsafe_no_fsync: flags.bool("unsafe-no-fsync"),
+        client_tls: client_tls(flags),
+        auto_tls: flags.bool("auto-tls"),
+        peer_tls: peer_tls(flags),
+        peer_auto_tls: flags.bool("peer-auto-tls"),
+        peer_skip_client_san_verification: flags
+            .bool("experimental-peer-skip-client-san-verification"),
+        self_signed_cert_validity: u32::try_from(flags.uint("self-signed-cert-validity"))
+            .unwrap_or(u32::MAX),
+        auth: etcdserver::auth::AuthConfig {
+            token: flags.str("auth-token").to_string(),
+            token_ttl: Duration::from_secs(flags.uint("auth-token-ttl")),
+            bcrypt_cost: u32::try_from(flags.uint("bcrypt-cost")).unwrap_or(u32::MAX),
+        },
+        ..ServerConfig::default()
+    };
+    Ok(Config { server, notes })
+}
+
+/// A Go duration as the compactor takes it.
+fn go_duration(text: &str) -> Result<Duration, String> {
+    let nanos = etcdserver::go_duration_nanos(text)?;
+    Ok(Duration::from_nanos(nanos.max(0) as u64))
+}
+
+/// etcd's checks of values each flag's type lets through.
+fn validate(flags: &Flags, notes: &mut Vec<Note>) -> Result<(), String> {
+    match flags.str("logger") {
+        "zap" => {}
+        "capnslog" => return Err("--logger=capnslog is removed in v3.5".into()),
+        other => return Err(format!("unknown logger option {other:?}")),
+    }
+    if flags.bool("enable-log-rotation") {
+        let outputs = flags.list("log-outputs");
+        let file = outputs.len() == 1
+            && !["default", "stderr", "stdout", "systemd/journal"].contains(&outputs[0].as_str());
+        if !file {
+            return Err(
+                "--log-outputs requires a single file path when --log-rotate-config-json is defined"
+                    .into(),
+            );
+        }
+    }
+    for name in [
+        "listen-peer-urls",
+        "listen-client-urls",
+        "listen-client-http-urls",
+        "listen-metrics-urls",
+    ] {
+        check_bind_urls(flags.list(name))?;
+    }
+    for (name, urls) in [
+        (
+            "initial-advertise-peer-urls",
+            flags.list("initial-advertise-peer-urls"),
+        ),
+        ("advertise-client-urls", flags.list("advertise-client-urls")),
+    ] {
+        if let Err(e) = check_host_urls(urls) {
+            return Err(format!(
+                "--{name} {:?} must be \"host:port\" ({e})",
+                urls.join(",")
+            ));
+        }
+    }
+    let initial_cluster_explicit = flags.is_set("initial-cluster");
+    let bootstrap_ways = [
+        !flags.str("discovery").is_empty(),
+        initial_cluster_explicit,
+        !flags.str("discovery-srv").is_empty(),
+    ];
+    if bootstrap_ways.iter().filter(|set| **set).count() > 1 {
+        return Err("multiple discovery or bootstrap flags are set. Choose one of \"initial-cluster\", \"discovery\" or \"discovery-srv\"".into());
+    }
+    let (tick, election) = (
+        flags.uint("heartbeat-interval"),
+        flags.uint("election-timeout"),
+    );
+    if tick == 0 {
+        return Err(format!("--heartbeat-interval must be >0 (set to {tick}ms)"));
+    }
+    if election == 0 {
+        return Err(format!(
+            "--election-timeout must be >0 (set to {election}ms)"
+        ));
+    }
+    if 5 * tick > election {
+        return Err(format!(
+            "--election-timeout[{election}ms] should be at least as 5 times as --heartbeat-interval[{tick}ms]"
+        ));
+    }
+    if election > MAX_ELECTION_MS {
+        return Err(format!(
+            "--election-timeout[{election}ms] is too long, and should be set less than {MAX_ELECTION_MS}ms"
+        ));
+    }
+    match flags.str("auto-compaction-mode") {
+        "" | "periodic" | "revision" => {}
+        other => return Err(format!("unknown auto-compaction-mode {other:?}")),
+    }
+    let checkpoint = flags.bool("experimental-enable-lease-checkpoint");
+    let persist = flags.bool("experimental-enable-lease-checkpoint-persist");
+    if checkpoint && !persist {
+        notes.push(Note {
+            level: Level::Warn,
+            msg: "Detected that checkpointing is enabled without persistence. Consider enabling experimental-enable-lease-checkpoint-persist",
+            fields: Vec::new(),
+        });
+    }
+    if persist && !checkpoint {
+        return Err("setting experimental-enable-lease-checkpoint-persist requires experimental-enable-lease-checkpoint".into());
+    }
+    let hash_check = flags.nanos("experimental-compact-hash-check-time");
+    if hash_check <= 0 {
+        return Err(format!(
+            "--experimental-compact-hash-check-time must be >0 (set to {})",
+            go_duration_string(hash_check)
+        ));
+    }
+    if flags.bool("experimental-enable-distributed-tracing") {
+        let rate = flags.int("experimental-distributed-tracing-sampling-rate");
+        let problem = if rate < 0 {
+            Some("tracing sampling rate must be positive".to_string())
+        } else if rate > MAX_SAMPLING_RATE_PER_MILLION {
+            Some(format!(
+                "tracing sampling rate must be less than {MAX_SAMPLING_RATE_PER_MILLION}"
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(format!(
+                "distributed tracing configurition is not valid: ({problem})"
+            ));
+        }
+    }
+    if flags.str("metrics") != "basic" && flags.str("metrics") != "extensive" {
+        return Err(format!(
+            "unknown metrics option {:?} (only 'basic' and 'extensive' are supported)",
+            flags.str("metrics")
+        ));
+    }
+    for name in ["raft-read-timeout", "raft-write-timeout"] {
+        if flags.duration(name) < MIN_RAFT_CONN_TIMEOUT {
+            notes.push(Note {
+                level: Level::Info,
+                msg: if name == "raft-read-timeout" {
+                    "raft-read-timeout increased to minimum value: 5s"
+                } else {
+                    "raft-write-timeout increased to minimum value: 5s"
+                },
+                fields: Vec::new(),
+            });
+        }
+    }
+    let max_request = flags.uint("max-request-bytes");
+    if max_request > RECOMMENDED_MAX_REQUEST_BYTES {
+        notes.push(Note {
+            level: Level::Warn,
+            msg: "exceeded recommended request limit",
+            fields: vec![
+                ("max-request-bytes", max_request.to_string()),
+                (
+                    "recommended-request-bytes",
+                    RECOMMENDED_MAX_REQUEST_BYTES.to_string(),
+                ),
+            ],
+        });
+    }
+    Ok(())
+}
+
+/// etcd's `checkBindURLs`: a listener's host is an IP or `localhost`.
+fn check_bind_urls(urls: &[String]) -> Result<(), String> {
+    for url in urls {
+        if url.starts_with("unix://") || url.starts_with("unixs://") {
+            continue;
+        }
+        let Some(host_port) = url.split_once("://").map(|(_, rest)| rest) else {
+            continue;
+        };
+        let Some((host, _)) = flags::split_host_port(host_port) else {
+            return Err(format!("missing port in address {host_port:?}"));
+        };
+        if host == "localhost" {
+            continue;
+        }
+        if host.parse::<std::net::IpAddr>().is_err() {
+            return Err(format!("expected IP in URL for binding ({url})"));
+        }
+    }
+    Ok(())
+}
+
+/// etcd's `checkHostURLs`: an advertised URL names a host.
+fn check_host_urls(urls: &[String]) -> Result<(), String> {
+    for url in urls {
+        if url.starts_with("unix://") || url.starts_with("unixs://") {
+            continue;
+        }
+        let host_port = url.split_once("://").map_or("", |(_, rest)| rest);
+        match flags::split_host_port(host_port) {
+            None => return Err(format!("missing port in address {host_port:?}")),
+            Some(("", _)) => return Err(format!("unexpected empty host ({url})")),
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Go's `Duration.String` for the few values an error names.
+fn go_duration_string(nanos: i64) -> String {
+    if nanos == 0 {
+        return "0s".into();
+    }
+    let sign = if nanos < 0 { "-" } else { "" };
+    let abs = nanos.unsigned_abs();
+    if abs < 1_000_000_000 {
+        return format!("{sign}{abs}ns");
+    }
+    let secs = abs / 1_000_000_000;
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let frac = abs % 1_000_000_000;
+    let s = if frac == 0 {
+        format!("{s}s")
+    } else {
+        format!("{s}.{}s", format!("{frac:09}").trim_end_matches('0'))
+    };
+    match (h, m) {
+        (0, 0) => format!("{sign}{s}"),
+        (0, m) => format!("{sign}{m}m{s}"),
+        (h, m) => format!("{sign}{h}h{m}m{s}"),
+    }
+}
+
+/// etcd's quota rules: 0 is the default (2 GiB), negative disables the
+/// quota, and anything above 8 GiB is capped there with a warning.
+fn quota_backend_bytes(flag: i64) -> i64 {
+    match flag {
+        0 => ServerConfig::default().quota_backend_bytes,
+        q if q < 0 => 0,
+        q if q > etcdserver::alarms::MAX_QUOTA_BYTES => {
+            tracing::warn!(
+                "quota-size-bytes" = q,
+                "quota-maximum-size-bytes" = etcdserver::alarms::MAX_QUOTA_BYTES,
+                "quota exceeds the maximum value"
+            );
+            etcdserver::alarms::MAX_QUOTA_BYTES
+        }
+        q => q,
+    }
+}
+
+/// A path flag; empty is none.
+fn path(value: &str) -> Option<PathBuf> {
+    (!value.is_empty()).then(|| PathBuf::from(value))
+}
+
+/// The client port's TLS flags (validated when a listener needs them).
+fn client_tls(flags: &Flags) -> tls::TlsInfo {
+    tls::TlsInfo {
+        client_cert_file: path(flags.str("client-cert-file")),
+        client_key_file: path(flags.str("client-key-file")),
+        allowed_hostnames: flags.list("client-cert-allowed-hostname").to_vec(),
+        ..tls_info(
+            flags,
+            [
+                "cert-file",
+                "key-file",
+                "trusted-ca-file",
+                "client-crl-file",
+            ],
+            "client-cert-auth",
+        )
+    }
+}
+
+/// The peer port's TLS flags.
+fn peer_tls(flags: &Flags) -> tls::TlsInfo {
+    tls::TlsInfo {
+        client_cert_file: path(flags.str("peer-client-cert-file")),
+        client_key_file: path(flags.str("peer-client-key-file")),
+        allowed_cns: flags.list("peer-cert-allowed-cn").to_vec(),
+        allowed_hostnames: flags.list("peer-cert-allowed-hostname").to_vec(),
+        ..tls_info(
+            flags,
+            [
+                "peer-cert-file",
+                "peer-key-file",
+                "peer-trusted-ca-file",
+                "peer-crl-file",
+            ],
+            "peer-client-cert-auth",
+        )
+    }
+}
+
+/// One side's TLS flags: [cert, key, trusted CA, CRL] files, client
+/// certificate auth, and the cipher suites and versions both sides share.
+fn tls_info(flags: &Flags, files: [&str; 4], client_cert_auth: &str) -> tls::TlsInfo {
+    let [cert, key, ca, crl] = files.map(|name| path(flags.str(name)));
+    tls::TlsInfo {
+        cert_file: cert,
+        key_file: key,
+        trusted_ca_file: ca,
+        client_cert_auth: flags.bool(client_cert_auth),
+        crl_file: crl,
+        cipher_suites: flags.list("cipher-suites").to_vec(),
+        min_version: Some(flags.str("tls-min-version").to_string()),
+        max_version: Some(flags.str("tls-max-version").to_string()),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(args: &[&str]) -> Result<Config, String> {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        match flags::parse(&args, &[]).map_err(|e| e.message)? {
+            flags::Parsed::Run(flags) => config_from(&flags),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_match_etcd_except_the_data_dir() {
+        let cfg = config(&[]).unwrap().server;
+        assert_eq!(cfg.data_dir, PathBuf::from("default.oxcd"));
+        assert_eq!(cfg.initial_cluster, "default=http://localhost:2380");
+        assert_eq!(cfg.max_request_bytes, 1536 * 1024);
+        assert_eq!(cfg.max_concurrent_streams, None);
+        assert!(cfg.pre_vote && cfg.strict_reconfig_check);
+        assert_eq!(
+            cfg.grpc_keepalive,
+            Some((Duration::from_secs(7200), Duration::from_secs(20)))
+        );
+        assert_eq!(cfg.watch_progress_notify_interval, Duration::from_secs(600));
+        let cfg = config(&["--name", "m1"]).unwrap().server;
+        assert_eq!(cfg.data_dir, PathBuf::from("m1.oxcd"));
+        assert_eq!(cfg.initial_cluster, "m1=http://localhost:2380");
+    }
+
+    #[test]
+    fn election_timeout_must_be_five_heartbeats() {
+        let err =
+            config(&["--heartbeat-interval", "300", "--election-timeout", "1000"]).unwrap_err();
+        assert_eq!(
+            err,
+            "--election-timeout[1000ms] should be at least as 5 times as --heartbeat-interval[300ms]"
+        );
+        let err = config(&["--election-timeout", "60000"]).unwrap_err();
+        assert!(err.contains("is too long"), "{err}");
+    }
+
+    #[test]
+    fn pre_vote_false_turns_it_off_and_keepalive_zero_disables() {
+        let cfg = config(&["--pre-vote=false", "--grpc-keepalive-interval=0"])
+            .unwrap()
+            .server;
+        assert!(!cfg.pre_vote);
+        assert_eq!(cfg.grpc_keepalive, None);
+    }
+
+    #[test]
+    fn no_effect_flags_are_noted_once_and_refused_ones_refused() {
+        let cfg = config(&["--enable-v2=true", "--max-wals", "5"]).unwrap();
+        let flagged: Vec<&str> = cfg
+            .notes
+            .iter()
+            .filter(|n| n.msg == "flag has no effect in oxcd")
+            .map(|n| n.fields[0].1.as_str())
+            .collect();
+        assert_eq!(flagged, ["--max-wals", "--enable-v2"]);
+        assert!(config(&["--wal-dir", ""]).is_ok());
+        let err = config(&["--wal-dir", "/somewhere"]).unwrap_err();
+        assert!(
+            err.starts_with("--wal-dir is not supported by oxcd"),
+            "{err}"
+        );
+        assert!(config(&["--proxy", "on"]).is_err());
+        assert!(config(&["--proxy", "off"]).is_ok());
+    }
+
+    #[test]
+    fn etcds_cross_flag_checks() {
+        let err = config(&["--experimental-enable-lease-checkpoint-persist"]).unwrap_err();
+        assert_eq!(err, "setting experimental-enable-lease-checkpoint-persist requires experimental-enable-lease-checkpoint");
+        let err = config(&["--experimental-compact-hash-check-time", "0s"]).unwrap_err();
+        assert_eq!(
+            err,
+            "--experimental-compact-hash-check-time must be >0 (set to 0s)"
+        );
+        let err = config(&["--listen-client-urls", "http://example.com:2379"]).unwrap_err();
+        assert_eq!(
+            err,
+            "expected IP in URL for binding (http://example.com:2379)"
+        );
+        let err = config(&["--auto-compaction-mode", "sometimes"]).unwrap_err();
+        assert_eq!(err, "unknown auto-compaction-mode \"sometimes\"");
+        assert!(config(&[
+            "--experimental-enable-distributed-tracing",
+            "--experimental-distributed-tracing-sampling-rate=2000000"
+        ])
+        .is_err());
+    }
+
+    #[test]
+    fn go_durations_print_as_go() {
+        assert_eq!(go_duration_string(90 * 1_000_000_000), "1m30s");
+        assert_eq!(go_duration_string(-1_500_000_000), "-1.5s");
+        assert_eq!(go_duration_string(3_600 * 1_000_000_000), "1h0m0s");
+    }
+}

@@ -1,0 +1,12 @@
+//! oxcd's command line, as a library so that tests read it through the
+//! code `main` uses: etcd's flags and `ETCD_*` variables ([`flags`]) and
+//! the member's configuration they make ([`config`]). The binary
+//! (`main.rs`) adds logging, signals and exit codes.
+//!
+//! Never: start anything, or read the process's arguments and environment
+//! itself (they are passed in).
+
+pub mod config;
+pub mod flags;
+
+pub use config::{config_from, Config};

@@ -23,7 +23,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use testkit::robustness::check::{check, Report};
-use testkit::robustness::faults::{Fault, CRASH_POINTS};
+use testkit::robustness::faults::Fault;
 use testkit::robustness::history::History;
 use testkit::robustness::run::{history_path, run, Profile, RunConfig};
 use testkit::robustness::traffic::TrafficKind;
@@ -48,24 +48,6 @@ fn usage(problem: &str) -> ! {
 [--oxcd PATH] [--failpoints] [--broken-server] [--fault NAME] [--out DIR] [--keep-histories]\n       robustness --check FILE"
     );
     std::process::exit(2)
-}
-
-fn parse_fault(name: &str) -> Option<Fault> {
-    let plain = [
-        Fault::KillLeader,
-        Fault::KillFollower,
-        Fault::PartitionLeader,
-        Fault::PartitionFollower,
-        Fault::PauseLeader,
-        Fault::PauseFollower,
-        Fault::TruncatedWalTail,
-        Fault::CompactDefrag,
-        Fault::DiskFull,
-    ];
-    plain
-        .into_iter()
-        .chain(CRASH_POINTS.iter().map(|p| Fault::CrashPoint(p)))
-        .find(|f| f.name() == name)
 }
 
 fn parse_args() -> Args {
@@ -125,7 +107,7 @@ fn parse_args() -> Args {
             "--fault" => {
                 let v = value("--fault");
                 args.fault =
-                    Some(parse_fault(&v).unwrap_or_else(|| usage(&format!("unknown fault {v}"))))
+                    Some(Fault::parse(&v).unwrap_or_else(|| usage(&format!("unknown fault {v}"))))
             }
             "--out" => args.out = PathBuf::from(value("--out")),
             "--keep-histories" => args.keep = true,

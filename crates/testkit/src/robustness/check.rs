@@ -13,7 +13,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 
 use super::history::{
-    Compare, Event, EventKind, History, Kv, OpResult, Operation, Request, Response, TxnOp, Watcher,
+    txn_branch, Compare, Event, EventKind, History, Kv, OpResult, Operation, Request, Response,
+    TxnOp, Watcher,
 };
 use crate::linearizability::{
     check_kv, revisions_follow_real_time, Cond, KvHistory, KvInput, KvOutput, Op,
@@ -205,19 +206,10 @@ fn expected_events(op: &Operation) -> Option<(i64, Vec<ExpectedEvent>)> {
                 vec![(key.clone(), EventKind::Delete, String::new())],
             ))
         }
-        (
-            Request::Txn {
-                then, otherwise, ..
-            },
-            Response::Txn {
-                revision,
-                succeeded,
-                results,
-            },
-        ) => {
-            let ops = if *succeeded { then } else { otherwise };
+        (Request::Txn { .. }, _) => {
+            let (revision, branch) = txn_branch(&op.request, response)?;
             let mut events = Vec::new();
-            for (op, result) in ops.iter().zip(results) {
+            for (op, result) in branch {
                 match (op, result) {
                     (TxnOp::Put { key, value, .. }, _) => {
                         events.push((key.clone(), EventKind::Put, value.clone()))
@@ -228,7 +220,7 @@ fn expected_events(op: &Operation) -> Option<(i64, Vec<ExpectedEvent>)> {
                     _ => {}
                 }
             }
-            (!events.is_empty()).then_some((*revision, events))
+            (!events.is_empty()).then_some((revision, events))
         }
         _ => None,
     }
@@ -321,18 +313,12 @@ fn reads_against_log(history: &History, log: &RevisionLog, report: &mut Report) 
                     ));
                 }
             }
-            (
-                Request::Txn {
-                    then, otherwise, ..
-                },
-                Response::Txn {
-                    revision,
-                    succeeded,
-                    results,
-                },
-            ) => {
-                let ops = if *succeeded { then } else { otherwise };
-                for (txn_op, result) in ops.iter().zip(results) {
+            (Request::Txn { .. }, _) => {
+                let Some((revision, branch)) = txn_branch(&op.request, response) else {
+                    continue;
+                };
+                let revision = &revision;
+                for (txn_op, result) in branch {
                     if let (TxnOp::Get { key }, OpResult::Get { kvs }) = (txn_op, result) {
                         if !log.covers(*revision) {
                             continue;

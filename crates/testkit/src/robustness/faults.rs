@@ -73,24 +73,34 @@ impl Fault {
         }
     }
 
+    /// The faults any server takes (crash points need failpoints).
+    pub const PLAIN: [Fault; 9] = [
+        Fault::KillLeader,
+        Fault::KillFollower,
+        Fault::PartitionLeader,
+        Fault::PartitionFollower,
+        Fault::PauseLeader,
+        Fault::PauseFollower,
+        Fault::TruncatedWalTail,
+        Fault::CompactDefrag,
+        Fault::DiskFull,
+    ];
+
     /// A fault chosen by the seed; crash points only where the server was
     /// built with failpoints.
     pub fn choose(rng: &mut fastrand::Rng, failpoints: bool) -> Fault {
-        let plain = [
-            Fault::KillLeader,
-            Fault::KillFollower,
-            Fault::PartitionLeader,
-            Fault::PartitionFollower,
-            Fault::PauseLeader,
-            Fault::PauseFollower,
-            Fault::TruncatedWalTail,
-            Fault::CompactDefrag,
-            Fault::DiskFull,
-        ];
         if failpoints && rng.u8(0..3) == 0 {
             return Fault::CrashPoint(CRASH_POINTS[rng.usize(0..CRASH_POINTS.len())]);
         }
-        plain[rng.usize(0..plain.len())]
+        Fault::PLAIN[rng.usize(0..Fault::PLAIN.len())]
+    }
+
+    /// The fault named `name` (as [`Fault::name`] prints it).
+    pub fn parse(name: &str) -> Option<Fault> {
+        Fault::PLAIN
+            .into_iter()
+            .chain(CRASH_POINTS.iter().map(|p| Fault::CrashPoint(p)))
+            .find(|f| f.name() == name)
     }
 
     fn on_leader(&self) -> bool {

@@ -181,6 +181,30 @@ impl Response {
     }
 }
 
+/// A transaction's answer against its request: the header revision and
+/// each operation of the branch taken with its result.
+pub fn txn_branch<'a>(
+    request: &'a Request,
+    response: &'a Response,
+) -> Option<(i64, Vec<(&'a TxnOp, &'a OpResult)>)> {
+    match (request, response) {
+        (
+            Request::Txn {
+                then, otherwise, ..
+            },
+            Response::Txn {
+                revision,
+                succeeded,
+                results,
+            },
+        ) => {
+            let ops = if *succeeded { then } else { otherwise };
+            Some((*revision, ops.iter().zip(results).collect()))
+        }
+        _ => None,
+    }
+}
+
 /// One client operation.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Operation {

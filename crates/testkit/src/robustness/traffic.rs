@@ -138,18 +138,12 @@ impl Seen {
                         .insert(kv.key.clone(), Some((kv.value.clone(), kv.mod_revision)));
                 }
             }
-            (
-                Request::Txn {
-                    then, otherwise, ..
-                },
-                Response::Txn {
-                    revision,
-                    succeeded,
-                    results,
-                },
-            ) => {
-                let ops = if *succeeded { then } else { otherwise };
-                for (op, result) in ops.iter().zip(results) {
+            (Request::Txn { .. }, _) => {
+                let Some((revision, branch)) = super::history::txn_branch(request, response) else {
+                    return;
+                };
+                let revision = &revision;
+                for (op, result) in branch {
                     match (op, result) {
                         (TxnOp::Put { key, value, .. }, _) => {
                             self.keys

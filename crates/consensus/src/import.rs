@@ -50,7 +50,7 @@ pub fn import_log(
         )));
     }
     if base_index > 0 {
-        Snapshotter::new(&member_dir.join("snap"))?.save(base)?;
+        Snapshotter::new(&member_dir.join("snap"))?.save(base, None)?;
     }
     let mut wal = Wal::create(&wal_dir, metadata, WalOptions::default())?;
     if base_index > 0 {

@@ -72,6 +72,7 @@ mod fuzz_tests;
 mod import;
 pub mod logger;
 mod node;
+pub mod observer;
 pub mod snap;
 pub mod transport;
 pub mod wal;
@@ -98,6 +99,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 
 pub use fatal::Fatal;
 pub use import::import_log;
+pub use observer::{Observer, RaftObserver};
 pub use raft;
 pub use snap::SnapError;
 pub use wal::WalError;
@@ -162,6 +164,9 @@ pub struct StartOptions {
     /// Told how long each WAL fdatasync took (the server's
     /// etcd_disk_wal_fsync_duration_seconds); this crate knows no metrics.
     pub wal_sync_observer: Option<wal::SyncObserver>,
+    /// Told of WAL writes, `.snap` saves and late heartbeats (the server's
+    /// etcd_disk_wal_write_*, etcd_snap_* and heartbeat failure metrics).
+    pub observer: Option<Observer>,
 }
 
 /// Committed entries (normal and conf change, including raft's empty entries
@@ -192,6 +197,13 @@ pub struct RaftStatus {
     /// or below the commit index published by then (it is published before
     /// the apply side can apply up to it).
     pub local_read_index: Option<u64>,
+    /// Whom this member voted for in `term` (0: nobody).
+    pub vote: u64,
+    /// raft's role, as etcd's raft prints it: "StateFollower",
+    /// "StateCandidate", "StateLeader" or "StatePreCandidate".
+    pub raft_state: &'static str,
+    /// The member leadership is being transferred to (0: none).
+    pub lead_transferee: u64,
 }
 
 /// Delivers raft messages to peers. Must not block: queue and return.

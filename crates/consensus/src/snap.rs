@@ -215,17 +215,30 @@ impl Snapshotter {
     }
 
     /// Durably writes `snapshot` and deletes all but the newest [`KEEP_SNAPSHOTS`].
-    pub(crate) fn save(&self, snapshot: &Snapshot) -> Result<PathBuf, SnapError> {
+    /// Tells `observer` how long encoding, fsync and the whole save took.
+    pub(crate) fn save(
+        &self,
+        snapshot: &Snapshot,
+        observer: Option<&crate::Observer>,
+    ) -> Result<PathBuf, SnapError> {
+        let started = std::time::Instant::now();
         let meta = snapshot.get_metadata();
         let path = self.dir.join(snap_name(meta.term, meta.index));
         let tmp = path.with_extension("snap.tmp");
-        {
+        let (marshalling, fsync) = {
+            let encoded = encode(snapshot);
+            let marshalling = started.elapsed();
             let mut f = fs::File::create(&tmp).map_err(io_err(&tmp))?;
-            f.write_all(&encode(snapshot)).map_err(io_err(&tmp))?;
+            f.write_all(&encoded).map_err(io_err(&tmp))?;
+            let syncing = std::time::Instant::now();
             f.sync_all().map_err(io_err(&tmp))?;
-        }
+            (marshalling, syncing.elapsed())
+        };
         fs::rename(&tmp, &path).map_err(io_err(&path))?;
         sync_dir(&self.dir).map_err(io_err(&self.dir))?;
+        if let Some(observer) = observer {
+            observer.0.snap_saved(marshalling, fsync, started.elapsed());
+        }
         for (_, _, old) in self.list()?.into_iter().skip(KEEP_SNAPSHOTS) {
             if let Err(e) = fs::remove_file(&old) {
                 tracing::warn!(file = %old.display(), error = %e, "snap: failed to purge old snapshot");
@@ -275,7 +288,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let snapper = Snapshotter::new(dir.path()).unwrap();
         let s = snapshot(3, 10_000, vec![1, 2, 3]);
-        let path = snapper.save(&s).unwrap();
+        let path = snapper.save(&s, None).unwrap();
         assert_eq!(
             path.file_name().unwrap().to_str().unwrap(),
             "0000000000000003-0000000000002710.snap"
@@ -291,7 +304,7 @@ mod tests {
         let snapper = Snapshotter::new(dir.path()).unwrap();
         fs::write(dir.path().join("db"), b"backend").unwrap();
         for i in 1..=8u64 {
-            snapper.save(&snapshot(2, i * 100, vec![1])).unwrap();
+            snapper.save(&snapshot(2, i * 100, vec![1]), None).unwrap();
         }
         let files = snapper.list().unwrap();
         assert_eq!(files.len(), KEEP_SNAPSHOTS);
@@ -310,8 +323,8 @@ mod tests {
     fn snap_broken_newest_file_falls_back_to_the_previous() {
         let dir = tempfile::tempdir().unwrap();
         let snapper = Snapshotter::new(dir.path()).unwrap();
-        snapper.save(&snapshot(1, 100, vec![1])).unwrap();
-        let newest = snapper.save(&snapshot(1, 200, vec![1])).unwrap();
+        snapper.save(&snapshot(1, 100, vec![1]), None).unwrap();
+        let newest = snapper.save(&snapshot(1, 200, vec![1]), None).unwrap();
         let mut bytes = fs::read(&newest).unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 0xff;
@@ -325,12 +338,12 @@ mod tests {
     fn snap_file_with_a_configuration_raft_cannot_restore_is_set_aside() {
         let dir = tempfile::tempdir().unwrap();
         let snapper = Snapshotter::new(dir.path()).unwrap();
-        snapper.save(&snapshot(1, 100, vec![1])).unwrap();
+        snapper.save(&snapshot(1, 100, vec![1]), None).unwrap();
         // sound bytes, CRC and all, but a learner that is also a voter:
         // raft-rs's restore panics on it ("invalid restore")
         let mut bad = snapshot(1, 200, vec![1, 2]);
         bad.mut_metadata().mut_conf_state().learners = vec![2];
-        let newest = snapper.save(&bad).unwrap();
+        let newest = snapper.save(&bad, None).unwrap();
         assert!(decode(&encode(&bad))
             .unwrap_err()
             .starts_with("configuration raft cannot restore"));

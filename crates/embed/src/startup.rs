@@ -456,6 +456,7 @@ async fn open_backend(cfg: &ServerConfig, metrics: &Metrics) -> Result<Backend, 
     };
     let store = Arc::new(store);
     store.set_commit_observer(metrics.backend_commit_observer());
+    store.set_compaction_observer(metrics.compaction.clone());
     let lessor = Arc::new(Lessor::new(
         lease::min_lease_ttl(cfg.heartbeat, cfg.election_timeout),
         cfg.lease_checkpoint_interval,
@@ -570,6 +571,7 @@ fn start_raft(
         snapshot_catch_up_entries: cfg.snapshot_catch_up_entries,
         disable_pre_vote: !cfg.pre_vote,
         wal_sync_observer: Some(metrics.wal_sync_observer()),
+        observer: Some(metrics.raft_observer()),
         wal: consensus::wal::WalOptions {
             unsafe_no_fsync: cfg.unsafe_no_fsync,
             ..Default::default()
@@ -597,8 +599,14 @@ fn start_apply(
         metrics.clone(),
         backend.auth.clone(),
     );
-    etcdserver::apply::start(machine, raft, cfg.snapshot_count, committed)
-        .map_err(|e| StartError::Config(format!("cannot start the apply thread: {e}")))
+    etcdserver::apply::start(
+        machine,
+        raft,
+        cfg.snapshot_count,
+        cfg.backend_batch,
+        committed,
+    )
+    .map_err(|e| StartError::Config(format!("cannot start the apply thread: {e}")))
 }
 
 /// The member's own loops: damaged-read alarms, publishing itself, lease

@@ -4,12 +4,14 @@
 //! which no HTTP route shares, so routing by path sends every gRPC call to
 //! tonic without a look at its headers; for a path no route takes, the
 //! content-type decides between gRPC's Unimplemented and HTTP's 404.
-//! `--listen-metrics-urls` serves /metrics and /health only. A build with
+//! /debug/vars ([`debug`]). `--listen-metrics-urls` serves /metrics and
+//! /health only. A build with
 //! the `failpoints` feature also serves /debug/failpoints ([`failpoints`]).
 //!
 //! Every answer carries the CORS headers etcd's access controller adds
 //! (its default --cors is "*"), and OPTIONS gets an empty 200.
 
+pub mod debug;
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
 pub mod gateway;
@@ -154,8 +156,15 @@ pub fn metrics_router(server: Arc<EtcdServer>) -> axum::Router {
 /// Everything plain HTTP on the client port: metrics, health, version and
 /// the gateway. Merge with the gRPC routes and then call [`with_fallback`].
 pub fn client_router(server: Arc<EtcdServer>, gateway: Arc<Gateway>) -> axum::Router {
+    let for_vars = server.clone();
     let router = metrics_router(server)
         .route("/version", axum::routing::any(version))
+        .route(
+            "/debug/vars",
+            axum::routing::any(move |request: http::Request<Body>| {
+                debug::vars(for_vars.clone(), request)
+            }),
+        )
         .merge(gateway::router(gateway));
     // test builds only: arming failpoints at run time
     #[cfg(feature = "failpoints")]

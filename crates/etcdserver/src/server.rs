@@ -264,7 +264,11 @@ impl EtcdServer {
         let read_index = self
             .with_leader(deadline, || self.raft.read_index())
             .await
-            .inspect_err(|_| self.metrics.ops.read_indexes_failed.inc())?;
+            .inspect_err(|e| match *e {
+                // etcd: a read index that timed out is a slow one
+                rpctypes::TIMEOUT => self.metrics.ops.slow_read_indexes.inc(),
+                _ => self.metrics.ops.read_indexes_failed.inc(),
+            })?;
         self.wait_applied(read_index, deadline).await
     }
 

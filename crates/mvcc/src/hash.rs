@@ -64,6 +64,7 @@ impl Store {
     /// Returns (hash, the store's revision at the hash).
     pub fn hash(&self) -> Result<(u32, i64), MvccError> {
         let _defrag = self.defrag_lock.lock();
+        let _open = self.open_reads.open();
         let (txn, revision) = {
             let _writer = self.writer.lock();
             self.commit_locked(false)?;

@@ -138,7 +138,7 @@ pub(crate) use fail_point;
 pub use backend::{scan_key_value, KeyValueFields, SideTable};
 pub use defrag::DefragStats;
 pub use revision::{Revision, RevisionKey};
-pub use stats::OpCounts;
+pub use stats::{CompactionObserver, OpCounts};
 pub use store::{CommitObserver, CorruptionObserver, LeaseLookup, Store};
 pub use txn::{is_txn_read_only, TxnWrite, WriteResult};
 pub use watch::{

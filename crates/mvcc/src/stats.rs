@@ -7,7 +7,79 @@
 //! DeleteRange op (inside a txn too, whatever its outcome), a txn when a
 //! transaction ran more than one op, the key and value bytes of every put.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Told of compactions as they happen (etcd's
+/// etcd_debugging_mvcc_{index,db}_compaction_* histograms live above mvcc).
+/// Called by the compacting or committing thread: cheap, never blocking.
+pub trait CompactionObserver: Send + Sync {
+    /// The key index was compacted, holding the index's lock for `pause`.
+    fn index_compacted(&self, pause: Duration);
+    /// A compaction's deletions committed: the backend commit that carried
+    /// them took `pause` (etcd's per-batch pause; here one batch), `total`
+    /// since the compaction began (a later compaction before that commit
+    /// shares it and is not reported on its own).
+    fn db_compacted(&self, pause: Duration, total: Duration);
+}
+
+/// Watch events handed to streams' queues and taken from them by the
+/// server (etcd's etcd_debugging_mvcc_{events,pending_events}_total).
+#[derive(Default)]
+pub(crate) struct EventCounts {
+    queued: AtomicU64,
+    taken: AtomicU64,
+    /// Left in the queue of a stream that closed.
+    discarded: AtomicU64,
+}
+
+impl EventCounts {
+    pub(crate) fn queued(&self, events: usize) {
+        add(&self.queued, events as u64);
+    }
+
+    pub(crate) fn taken(&self, events: usize) {
+        add(&self.taken, events as u64);
+    }
+
+    pub(crate) fn discarded(&self, events: usize) {
+        add(&self.discarded, events as u64);
+    }
+
+    /// (events taken by the server, events waiting in queues).
+    pub(crate) fn read(&self) -> (u64, u64) {
+        // taken and discarded first: a concurrent push can only make the
+        // pending count too high for a moment, never negative
+        let taken = self.taken.load(Ordering::Relaxed);
+        let discarded = self.discarded.load(Ordering::Relaxed);
+        let queued = self.queued.load(Ordering::Relaxed);
+        (taken, queued.saturating_sub(taken + discarded))
+    }
+}
+
+/// Read transactions open on the file (etcd's
+/// etcd_mvcc_db_open_read_transactions): counted while a guard lives.
+#[derive(Default)]
+pub(crate) struct OpenReads(AtomicI64);
+
+impl OpenReads {
+    pub(crate) fn open(&self) -> OpenRead<'_> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        OpenRead(&self.0)
+    }
+
+    pub(crate) fn get(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+pub(crate) struct OpenRead<'a>(&'a AtomicI64);
+
+impl Drop for OpenRead<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 #[derive(Default)]
 pub(crate) struct OpCounters {

@@ -75,6 +75,12 @@ pub struct Store {
     pub(crate) watch: crate::watch::WatchHub,
     /// Told how long each backend commit took (metrics live above mvcc).
     commit_observer: std::sync::OnceLock<CommitObserver>,
+    compaction_observer: std::sync::OnceLock<Arc<dyn crate::CompactionObserver>>,
+    /// When the compaction whose deletions the next commit carries began.
+    compacting_since: Mutex<Option<std::time::Instant>>,
+    /// Read transactions open on the file (range reads, hashes, watch
+    /// catch-up).
+    pub(crate) open_reads: crate::stats::OpenReads,
     corruption_observer: std::sync::OnceLock<CorruptionObserver>,
     /// Set while a defragmentation copies the file: commits are deferred.
     pub(crate) defragmenting: AtomicBool,
@@ -129,6 +135,9 @@ impl Store {
             size_in_use: AtomicI64::new(size),
             file_size: AtomicI64::new(size),
             commit_observer: std::sync::OnceLock::new(),
+            compaction_observer: std::sync::OnceLock::new(),
+            compacting_since: Mutex::new(None),
+            open_reads: Default::default(),
             corruption_observer: std::sync::OnceLock::new(),
             lease_lookup: RwLock::new(None),
             loaded_leased_keys: Mutex::new(loaded.leased_keys),
@@ -353,7 +362,15 @@ impl Store {
                 return Err(MvccError::FutureRev);
             }
             state.compact_revision = revision;
-            state.tree.compact(revision)
+            self.compacting_since
+                .lock()
+                .get_or_insert_with(std::time::Instant::now);
+            let started = std::time::Instant::now();
+            let dropped = state.tree.compact(revision);
+            if let Some(observer) = self.compaction_observer.get() {
+                observer.index_compacted(started.elapsed());
+            }
+            dropped
         };
         self.ops.compacted(dropped.len());
         if let Some(pending_hash) = pending_hash {
@@ -421,6 +438,12 @@ impl Store {
         if let Some(observer) = self.commit_observer.get() {
             observer(started.elapsed());
         }
+        if compacts {
+            let since = self.compacting_since.lock().take();
+            if let (Some(observer), Some(since)) = (self.compaction_observer.get(), since) {
+                observer.db_compacted(started.elapsed(), since.elapsed());
+            }
+        }
         crate::fail_point!("afterCommit");
         if compacts {
             crate::fail_point!("compactAfterCommitScheduledCompact");
@@ -443,6 +466,23 @@ impl Store {
                 .store(consistent_index, Ordering::Release);
         }
         Ok(())
+    }
+
+    /// Reports later compactions to `observer`; only the first observer set
+    /// is kept.
+    pub fn set_compaction_observer(&self, observer: Arc<dyn crate::CompactionObserver>) {
+        let _ = self.compaction_observer.set(observer);
+    }
+
+    /// Read transactions open on the file now.
+    pub fn open_read_transactions(&self) -> i64 {
+        self.open_reads.get()
+    }
+
+    /// (watch events the server took from stream queues, events waiting in
+    /// them), for etcd's etcd_debugging_mvcc_{events,pending_events}_total.
+    pub fn watch_event_counts(&self) -> (u64, u64) {
+        self.watch.events.read()
     }
 
     /// Reports the duration of each later commit to `observer`; only the
@@ -492,11 +532,17 @@ pub(crate) struct ValueReader<'s> {
     store: &'s Store,
     /// The table, and the file handle it was read from (kept alive with it).
     table: Option<(KeyTable, Arc<Database>)>,
+    /// Counts the read transaction as open while the table lives.
+    _open: Option<crate::stats::OpenRead<'s>>,
 }
 
 impl<'s> ValueReader<'s> {
     pub(crate) fn new(store: &'s Store) -> ValueReader<'s> {
-        ValueReader { store, table: None }
+        ValueReader {
+            store,
+            table: None,
+            _open: None,
+        }
     }
 
     fn table(&mut self) -> Result<&KeyTable, MvccError> {
@@ -504,6 +550,7 @@ impl<'s> ValueReader<'s> {
             let db = self.store.db();
             let txn = db.begin_read().map_err(backend_error)?;
             self.table = Some((txn.open_table(KEY_TABLE).map_err(backend_error)?, db));
+            self._open = Some(self.store.open_reads.open());
         }
         match &self.table {
             Some((table, _)) => Ok(table),

@@ -146,6 +146,15 @@ pub(crate) struct Queue {
     wake: Box<dyn Fn() + Send + Sync>,
     /// An event response was refused: the syncer waits for room.
     blocked: AtomicBool,
+    /// The store's event counts (queued, taken, discarded).
+    events: Arc<crate::stats::EventCounts>,
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        let left: usize = self.items.get_mut().iter().map(|r| r.events.len()).sum();
+        self.events.discarded(left);
+    }
 }
 
 impl Queue {
@@ -156,6 +165,7 @@ impl Queue {
             self.blocked.store(true, Ordering::Relaxed);
             return false;
         }
+        self.events.queued(response.events.len());
         items.push_back(response);
         drop(items);
         (self.wake)();
@@ -165,6 +175,7 @@ impl Queue {
     /// A control response: always taken (the server bounds how many it
     /// causes by pausing its reads while the queue is long).
     pub fn push(&self, response: WatchResponse) {
+        self.events.queued(response.events.len());
         self.items.lock().push_back(response);
         (self.wake)();
     }
@@ -206,6 +217,7 @@ pub(crate) struct WatchHub {
     /// Whether a syncer thread runs (tests drive rounds by hand).
     pub background: AtomicBool,
     syncer_started: Mutex<bool>,
+    pub(crate) events: Arc<crate::stats::EventCounts>,
 }
 
 impl Default for WatchHub {
@@ -215,6 +227,7 @@ impl Default for WatchHub {
             signal: Arc::new(SyncSignal::default()),
             background: AtomicBool::new(true),
             syncer_started: Mutex::new(false),
+            events: Arc::default(),
         }
     }
 }
@@ -369,6 +382,7 @@ impl Store {
             items: Mutex::new(VecDeque::new()),
             wake,
             blocked: AtomicBool::new(false),
+            events: self.watch.events.clone(),
         });
         let mut groups = self.watch.lock();
         let id = groups.next_stream;
@@ -558,6 +572,9 @@ impl WatchStream {
             let response = items.pop_front();
             (response, items.len())
         };
+        if let Some(response) = &response {
+            self.queue.events.taken(response.events.len());
+        }
         if left < STREAM_QUEUE_CAPACITY / 2 && self.queue.blocked.swap(false, Ordering::Relaxed) {
             self.store.watch.signal.wake();
         }

@@ -256,6 +256,7 @@ impl Store {
         to: i64,
         wanted: impl Fn(&[u8]) -> bool,
     ) -> Result<(Vec<Event>, i64), MvccError> {
+        let _open = self.open_reads.open();
         let lower = Revision::new(from, 0);
         let upper = Revision::new(to + 1, 0);
         let (overlay, deleted, table) = {

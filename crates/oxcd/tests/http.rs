@@ -408,3 +408,136 @@ fn health_reports_an_active_alarm_unless_excluded() {
     alarm(etcd_client::AlarmAction::Deactivate);
     assert_eq!(http::get(&endpoint, "/health").unwrap().status, 200);
 }
+
+/// etcd 3.5.16's families that oxcd does not have, each with its reason
+/// (README, "What works"; docs/ARCHITECTURE.md, Metrics).
+const ABSENT_FAMILIES: &[&str] = &[
+    // bbolt's commit phases: redb commits in one call, with no rebalance,
+    // spill or separate write phase to time
+    "etcd_debugging_disk_backend_commit_rebalance_duration_seconds",
+    "etcd_debugging_disk_backend_commit_spill_duration_seconds",
+    "etcd_debugging_disk_backend_commit_write_duration_seconds",
+    // the v2 store, which oxcd does not have (v2 is not served)
+    "etcd_debugging_store_expires_total",
+    "etcd_debugging_store_reads_total",
+    "etcd_debugging_store_watch_requests_total",
+    "etcd_debugging_store_watchers",
+    "etcd_debugging_store_writes_total",
+    // the gRPC proxy's cache (etcd registers them in the server, always 0)
+    "etcd_grpc_proxy_cache_hits_total",
+    "etcd_grpc_proxy_cache_keys_total",
+    "etcd_grpc_proxy_cache_misses_total",
+    "etcd_grpc_proxy_events_coalescing_total",
+    "etcd_grpc_proxy_watchers_coalescing_total",
+    // no Go runtime
+    "etcd_server_go_version",
+];
+
+/// (name, type, help) of every family in `text`.
+fn families(text: &str) -> std::collections::BTreeMap<String, (String, String)> {
+    let mut families = std::collections::BTreeMap::<String, (String, String)>::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            families.entry(name.into()).or_default().1 = help.into();
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap();
+            families.entry(name.into()).or_default().0 = kind.into();
+        }
+    }
+    families
+}
+
+#[test]
+fn metric_families_are_etcd_3_5_16s() {
+    let fixture = include_str!("fixtures/etcd-3.5.16-metric-families.tsv");
+    let dir = tempfile::tempdir().unwrap();
+    let oxcd = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
+    // a labeled family shows once it has a series: one request for
+    // etcd_server_client_requests_total
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mut client = etcd_client::Client::connect([oxcd.endpoint.as_str()], None)
+            .await
+            .unwrap();
+        client.put("k", "v", None).await.unwrap();
+    });
+    let ours = families(&metrics(&oxcd.endpoint));
+    let mut missing = Vec::new();
+    for line in fixture.lines().filter(|l| !l.starts_with('#')) {
+        let mut fields = line.splitn(3, '\t');
+        let (name, kind, help) = (
+            fields.next().unwrap(),
+            fields.next().unwrap(),
+            fields.next().unwrap_or(""),
+        );
+        if ABSENT_FAMILIES.contains(&name) {
+            assert!(!ours.contains_key(name), "{name} is listed as absent");
+            continue;
+        }
+        match ours.get(name) {
+            None => missing.push(name.to_string()),
+            Some((our_kind, our_help)) => {
+                assert_eq!(our_kind, kind, "type of {name}");
+                assert_eq!(our_help, help, "help of {name}");
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "etcd 3.5.16's families missing: {missing:?}"
+    );
+}
+
+#[test]
+fn debug_vars_has_etcds_keys_and_takes_get_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let oxcd = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
+    let response = http::get(&oxcd.endpoint, "/debug/vars").unwrap();
+    assert_eq!(response.status, 200, "{}", response.body);
+    let vars: Value = serde_json::from_str(&response.body).unwrap();
+    let keys: Vec<&str> = vars
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "cmdline",
+            "file_descriptor_limit",
+            "memstats",
+            "raft.status"
+        ]
+    );
+    assert!(vars["cmdline"][0].as_str().unwrap().ends_with("oxcd"));
+    assert!(vars["file_descriptor_limit"].as_u64().unwrap() > 0);
+    for key in [
+        "Alloc",
+        "TotalAlloc",
+        "Sys",
+        "HeapAlloc",
+        "NumGC",
+        "PauseNs",
+        "BySize",
+    ] {
+        assert!(vars["memstats"].get(key).is_some(), "memstats.{key}");
+    }
+    let raft = &vars["raft.status"];
+    let id = raft["id"].as_str().unwrap();
+    assert_eq!(raft["lead"].as_str(), Some(id));
+    assert_eq!(raft["vote"].as_str(), Some(id));
+    assert_eq!(raft["raftState"], "StateLeader");
+    assert_eq!(raft["leadtransferee"], "0");
+    assert!(raft["term"].as_u64().unwrap() >= 1);
+    assert!(raft["commit"].as_u64().unwrap() >= raft["applied"].as_u64().unwrap());
+    assert!(raft["progress"].get(id).is_some());
+    let post = http::post(&oxcd.endpoint, "/debug/vars", "").unwrap();
+    assert_eq!(post.status, 405);
+    // pprof is off without --enable-pprof or --log-level=debug
+    assert_eq!(
+        http::get(&oxcd.endpoint, "/debug/pprof/").unwrap().status,
+        404
+    );
+}

@@ -403,6 +403,14 @@ impl Core {
                 && raft.prs().is_singleton()
                 && raft.commit_to_current_term())
             .then_some(raft.raft_log.committed),
+            vote: raft.vote,
+            raft_state: match raft.state {
+                StateRole::Follower => "StateFollower",
+                StateRole::Candidate => "StateCandidate",
+                StateRole::Leader => "StateLeader",
+                StateRole::PreCandidate => "StatePreCandidate",
+            },
+            lead_transferee: raft.lead_transferee.unwrap_or(0),
         }
     }
 

@@ -38,6 +38,9 @@ pub(crate) struct Node {
     runtime: Option<tokio::runtime::Runtime>,
     heartbeat: Duration,
     next_tick: Instant,
+    /// The server's metrics hook (WAL writes, `.snap` saves, late heartbeats).
+    observer: Option<crate::Observer>,
+    heartbeats: crate::observer::HeartbeatWatch,
 }
 
 enum Wake {
@@ -64,6 +67,9 @@ impl Node {
         let (mut wal, contents) = open_wal(cfg, options, &wal_dir, snapshot.as_ref())?;
         if let Some(observer) = &options.wal_sync_observer {
             wal.set_sync_observer(observer.clone());
+        }
+        if let Some(observer) = &options.observer {
+            wal.set_write_observer(observer.clone());
         }
         let metadata = wal.metadata().clone();
         if metadata.node_id != cfg.id {
@@ -119,6 +125,8 @@ impl Node {
             runtime: None,
             heartbeat: cfg.heartbeat,
             next_tick: Instant::now() + cfg.heartbeat,
+            observer: options.observer.clone(),
+            heartbeats: crate::observer::HeartbeatWatch::new(cfg.heartbeat),
         };
         node.publish_status();
         Ok(node)
@@ -265,13 +273,39 @@ impl Node {
     /// Sends, and lets the peer links on this thread's runtime write the
     /// messages now rather than at the next wait: the leader's appends must
     /// be on the wire while it fdatasyncs.
-    fn send_now(&self, msgs: Vec<raft::eraftpb::Message>) {
+    fn send_now(&mut self, msgs: Vec<raft::eraftpb::Message>) {
         if msgs.is_empty() {
             return;
         }
+        self.watch_heartbeats(&msgs);
         self.transport.send(msgs);
         if let Some(runtime) = &self.runtime {
             runtime.block_on(tokio::task::yield_now());
+        }
+    }
+
+    /// etcd's heartbeat send check: a heartbeat going out more than two
+    /// intervals after the previous one to the same peer means this leader
+    /// was too busy (a slow disk, most likely) to keep its followers calm.
+    fn watch_heartbeats(&mut self, msgs: &[raft::eraftpb::Message]) {
+        let Some(observer) = &self.observer else {
+            return;
+        };
+        let now = Instant::now();
+        for msg in msgs {
+            if msg.get_msg_type() != raft::eraftpb::MessageType::MsgHeartbeat {
+                continue;
+            }
+            if let Some(exceeded) = self.heartbeats.sent(msg.to, msg.term, now) {
+                tracing::warn!(
+                    to = %format!("{:x}", msg.to),
+                    "heartbeat-interval" = ?self.heartbeat,
+                    "expected-duration" = ?(2 * self.heartbeat),
+                    "exceeded-duration" = ?exceeded,
+                    "leader failed to send out heartbeat on time; took too long, leader is overloaded likely from slow disk"
+                );
+                observer.0.heartbeat_late(msg.to, exceeded);
+            }
         }
     }
 
@@ -281,7 +315,7 @@ impl Node {
     fn save_snapshot(&mut self, snapshot: &Snapshot) -> Result<std::path::PathBuf, ConsensusError> {
         let meta = snapshot.get_metadata();
         crate::fail_point!("raftBeforeSaveSnap");
-        let path = self.snapper.save(snapshot)?;
+        let path = self.snapper.save(snapshot, self.observer.as_ref())?;
         self.wal.save_snapshot(SnapshotMarker {
             term: meta.term,
             index: meta.index,

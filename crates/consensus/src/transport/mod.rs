@@ -77,6 +77,19 @@ pub trait NetworkObserver: Send + Sync {
     fn send_failed(&self, to: u64, messages: u64);
     /// The stream to `peer` connected (true) or broke (false).
     fn connection(&self, peer: u64, active: bool);
+    /// A backend snapshot to `to` began (true) or ended (false).
+    fn snapshot_sending(&self, _to: u64, _in_flight: bool) {}
+    /// A backend snapshot to `to` ended: the time it took when the receiver
+    /// took it whole, None when it failed.
+    fn snapshot_sent(&self, _to: u64, _took: Option<Duration>) {}
+    /// A backend snapshot from `from` began (true) or ended (false).
+    fn snapshot_receiving(&self, _from: u64, _in_flight: bool) {}
+    /// A backend snapshot from `from` ended: the time it took when it was
+    /// received whole and handed to raft, None when it failed.
+    fn snapshot_received(&self, _from: u64, _took: Option<Duration>) {}
+    /// A received backend snapshot is on disk: its fsync and the whole
+    /// save, from the first byte written (etcd's etcd_snap_db_* metrics).
+    fn snapshot_db_saved(&self, _fsync: Duration, _total: Duration) {}
 }
 
 /// Makes backend snapshots for followers that need one.

@@ -47,6 +47,10 @@ struct SnapshotReceive<'a> {
     receiving: &'a parking_lot::Mutex<HashSet<u64>>,
     from: u64,
     partial: Option<PathBuf>,
+    observer: &'a dyn super::NetworkObserver,
+    started: std::time::Instant,
+    /// Set once raft has the snapshot: dropped before, the receive failed.
+    received: bool,
 }
 
 impl Drop for SnapshotReceive<'_> {
@@ -55,6 +59,9 @@ impl Drop for SnapshotReceive<'_> {
             let _ = std::fs::remove_file(partial);
         }
         self.receiving.lock().remove(&self.from);
+        self.observer
+            .snapshot_received(self.from, self.received.then(|| self.started.elapsed()));
+        self.observer.snapshot_receiving(self.from, false);
     }
 }
 
@@ -121,10 +128,14 @@ impl Peer for PeerService {
                 "a snapshot from this member is being received",
             ));
         }
+        self.transport.observer.snapshot_receiving(first.from, true);
         let mut receive = SnapshotReceive {
             receiving: &self.transport.receiving_snapshots,
             from: first.from,
             partial: None,
+            observer: self.transport.observer.as_ref(),
+            started: std::time::Instant::now(),
+            received: false,
         };
         let mut msg = eraftpb::Message::parse_from_bytes(&first.message)
             .map_err(|e| Status::invalid_argument(format!("bad raft message: {e}")))?;
@@ -148,6 +159,7 @@ impl Peer for PeerService {
             .await
             .map_err(io)?;
         receive.partial = Some(partial.clone());
+        let saving = std::time::Instant::now();
         let mut received = 0u64;
         let mut last = first.last;
         // written in large blocks: a write per 64 KiB chunk made receiving
@@ -166,11 +178,15 @@ impl Peer for PeerService {
             last = chunk.last;
         }
         file.write_all(&pending).await.map_err(io)?;
+        let syncing = std::time::Instant::now();
         file.sync_all().await.map_err(io)?;
+        let fsync = syncing.elapsed();
         drop(file);
         tokio::fs::rename(&partial, &path).await.map_err(io)?;
+        self.transport
+            .observer
+            .snapshot_db_saved(fsync, saving.elapsed());
         receive.partial = None;
-        drop(receive);
         tracing::info!(from = %format!("{:x}", first.from), index, bytes = received, "received database snapshot");
         msg.mut_snapshot()
             .set_data(path.to_string_lossy().as_bytes().to_vec().into());
@@ -178,6 +194,8 @@ impl Peer for PeerService {
             .step(msg)
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?;
+        receive.received = true;
+        drop(receive);
         Ok(Response::new(StreamAck {}))
     }
 }

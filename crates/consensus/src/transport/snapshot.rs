@@ -35,6 +35,7 @@ impl PeerTransport {
             raft: raft.clone(),
             source: source.clone(),
             in_flight: peer.snapshot_in_flight.clone(),
+            observer: self.observer.clone(),
         };
         self.runtime.spawn(job.run(msg));
     }
@@ -47,6 +48,7 @@ struct SnapshotJob {
     raft: RaftHandle,
     source: Arc<dyn SnapshotSource>,
     in_flight: Arc<AtomicBool>,
+    observer: Arc<dyn super::NetworkObserver>,
 }
 
 impl SnapshotJob {
@@ -54,7 +56,12 @@ impl SnapshotJob {
         let to = msg.to;
         let index = msg.get_snapshot().get_metadata().index;
         tracing::info!(to = %format!("{to:x}"), index, "sending database snapshot to a member");
+        self.observer.snapshot_sending(to, true);
+        let started = std::time::Instant::now();
         let result = self.send(msg).await;
+        self.observer
+            .snapshot_sent(to, result.is_ok().then(|| started.elapsed()));
+        self.observer.snapshot_sending(to, false);
         match &result {
             Ok(bytes) => {
                 tracing::info!(to = %format!("{to:x}"), index, bytes, "sent database snapshot")

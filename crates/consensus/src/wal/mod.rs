@@ -252,6 +252,8 @@ pub struct Wal {
     snapshot: SnapshotMarker,
     sync_count: u64,
     sync_observer: Option<SyncObserver>,
+    /// Told of each write of buffered records (bytes, time).
+    write_observer: Option<crate::Observer>,
     /// Set when a write, a sync or a cut failed: every later one fails too.
     failed: Option<String>,
 }
@@ -325,6 +327,7 @@ impl Wal {
             snapshot,
             sync_count: 0,
             sync_observer: None,
+            write_observer: None,
             failed: None,
         })
     }
@@ -439,6 +442,7 @@ impl Wal {
             snapshot,
             sync_count: 0,
             sync_observer: None,
+            write_observer: None,
             failed: None,
         };
         Ok((wal, contents))
@@ -508,10 +512,16 @@ impl Wal {
 
     fn write_pending_at(&mut self, path: &Path, sync: bool) -> Result<(), WalError> {
         // pwrite at the logical end: the file is preallocated beyond it
+        let writing = std::time::Instant::now();
         self.options
             .ops
             .write_at(&self.active, &self.pending, self.active_len)
             .map_err(io_err(path))?;
+        if let Some(observer) = &self.write_observer {
+            observer
+                .0
+                .wal_written(self.pending.len() as u64, writing.elapsed());
+        }
         self.active_len += self.pending.len() as u64;
         self.pending.clear();
         if !sync {
@@ -603,6 +613,11 @@ impl Wal {
     /// Reports the duration of each later append fdatasync to `observer`.
     pub(crate) fn set_sync_observer(&mut self, observer: SyncObserver) {
         self.sync_observer = Some(observer);
+    }
+
+    /// Reports every write of buffered records to `observer`.
+    pub(crate) fn set_write_observer(&mut self, observer: crate::Observer) {
+        self.write_observer = Some(observer);
     }
 
     /// Number of fdatasync calls made by [`Wal::sync`] since open.

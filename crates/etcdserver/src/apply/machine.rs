@@ -294,6 +294,7 @@ impl StateMachine {
     ) -> Result<LeaseGrantResponse, ApplyError> {
         let (ttl, record) = self.lessor.grant(req.id, req.ttl, Instant::now())?;
         self.metrics.ops.lease_granted.inc();
+        self.metrics.ops.lease_ttl.observe(ttl as f64);
         w.put_side(SideTable::Leases, req.id as u64, Some(record));
         Ok(LeaseGrantResponse {
             header: None,

@@ -40,6 +40,39 @@ pub use request::{ApplyResponse, Proposal, Request};
 /// etcd's backend batch limits: commit at least every 100 ms or 10k ops.
 pub(crate) const BACKEND_BATCH_INTERVAL: Duration = Duration::from_millis(100);
 pub(crate) const BACKEND_BATCH_LIMIT: usize = 10_000;
+
+/// When apply commits the backend (etcd's `--backend-batch-interval` and
+/// `--backend-batch-limit`): every `interval`, or once `limit` operations
+/// are pending, whichever comes first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendBatch {
+    pub interval: Duration,
+    pub limit: usize,
+}
+
+impl BackendBatch {
+    /// etcd's rule: a zero interval or limit takes the default.
+    pub fn new(interval: Duration, limit: usize) -> BackendBatch {
+        BackendBatch {
+            interval: if interval.is_zero() {
+                BACKEND_BATCH_INTERVAL
+            } else {
+                interval
+            },
+            limit: if limit == 0 {
+                BACKEND_BATCH_LIMIT
+            } else {
+                limit
+            },
+        }
+    }
+}
+
+impl Default for BackendBatch {
+    fn default() -> BackendBatch {
+        BackendBatch::new(Duration::ZERO, 0)
+    }
+}
 /// The largest batch applied inline on the raft thread: more entries would
 /// hold up its next Ready (heartbeats, the next fdatasync) for too long.
 pub(crate) const INLINE_APPLY_MAX_ENTRIES: usize = 16;
@@ -56,6 +89,7 @@ struct Applier {
     pub(crate) conf_wait: Arc<Wait<ConfChangeOutcome>>,
     pub(crate) applied: watch::Sender<u64>,
     pub(crate) snapshot_count: u64,
+    pub(crate) backend_batch: BackendBatch,
     /// Consistent index of the last raft snapshot asked for.
     pub(crate) last_snapshot: std::sync::atomic::AtomicU64,
     /// Held while a batch is applied or the backend committed: by the apply
@@ -77,11 +111,13 @@ pub struct ApplyLoop {
 
 /// Starts the apply thread for `machine`, fed by raft's committed batches,
 /// and offers raft to apply small batches inline (see consensus's "Inline
-/// apply"); a raft snapshot is asked for every `snapshot_count` entries.
+/// apply"); a raft snapshot is asked for every `snapshot_count` entries,
+/// the backend committed as `backend_batch` says.
 pub fn start(
     machine: StateMachine,
     raft: &RaftHandle,
     snapshot_count: u64,
+    backend_batch: BackendBatch,
     committed: mpsc::Receiver<CommittedBatch>,
 ) -> std::io::Result<ApplyLoop> {
     let wait = Arc::new(Wait::default());
@@ -95,6 +131,7 @@ pub fn start(
         conf_wait: conf_wait.clone(),
         applied: applied_tx,
         snapshot_count: snapshot_count.max(1),
+        backend_batch,
         last_snapshot,
         busy: parking_lot::Mutex::new(()),
         fatal: raft.fatal(),
@@ -145,7 +182,7 @@ impl Applier {
                 .load(std::sync::atomic::Ordering::Relaxed)
                 + self.snapshot_count;
         if snapshot_due
-            || self.machine.store.pending_ops() + batch.entries.len() >= BACKEND_BATCH_LIMIT
+            || self.machine.store.pending_ops() + batch.entries.len() >= self.backend_batch.limit
         {
             return Err(batch);
         }
@@ -181,7 +218,7 @@ impl Applier {
             return Err(Halted);
         }
         self.apply_batch(batch)?;
-        if self.machine.store.pending_ops() >= BACKEND_BATCH_LIMIT {
+        if self.machine.store.pending_ops() >= self.backend_batch.limit {
             self.commit(false)?;
         }
         let applied = *self.applied.borrow();
@@ -208,7 +245,7 @@ impl Applier {
             }
         };
         runtime.block_on(async {
-            let mut ticker = tokio::time::interval(BACKEND_BATCH_INTERVAL);
+            let mut ticker = tokio::time::interval(self.backend_batch.interval);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
@@ -311,6 +348,7 @@ impl Applier {
                 path.display()
             ))
         };
+        let _in_progress = self.machine.metrics.ops.snapshot_apply_started();
         crate::fail_point!("raftBeforeApplySnap");
         if let Err(e) = self.machine.store.restore_from(&path) {
             return Err(failed("install the database snapshot", &e));

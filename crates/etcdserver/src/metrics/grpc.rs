@@ -128,6 +128,8 @@ pub struct GrpcMetrics {
 struct Methods {
     index_by_path: HashMap<String, usize>,
     counters: Vec<MethodCounters>,
+    /// etcd_server_client_requests_total{type, client_api_version}.
+    client_requests: IntCounterVec,
     received_bytes: IntCounter,
     sent_bytes: IntCounter,
 }
@@ -195,6 +197,14 @@ impl GrpcMetrics {
             "The total number of bytes sent to grpc clients.",
         )
         .expect("valid metric");
+        let client_requests = IntCounterVec::new(
+            Opts::new(
+                "etcd_server_client_requests_total",
+                "The total number of client requests per client version.",
+            ),
+            &["type", "client_api_version"],
+        )
+        .expect("valid metric");
         let mut index_by_path = HashMap::with_capacity(METHODS.len());
         let mut counters = Vec::with_capacity(METHODS.len());
         for (service, method, kind) in METHODS {
@@ -220,10 +230,12 @@ impl GrpcMetrics {
         }
         register(registry, &received_bytes);
         register(registry, &sent_bytes);
+        register(registry, &client_requests);
         GrpcMetrics {
             inner: Arc::new(Methods {
                 index_by_path,
                 counters,
+                client_requests,
                 received_bytes,
                 sent_bytes,
             }),
@@ -235,10 +247,18 @@ impl GrpcMetrics {
     }
 
     /// A call to `path` began; None for a path that is no etcd method.
-    fn start(&self, path: &str) -> Option<Call> {
+    fn start(&self, path: &str, headers: &http::HeaderMap) -> Option<Call> {
         let index = *self.inner.index_by_path.get(path)?;
         let counters = self.counters(index);
         counters.started.inc();
+        let kind = match METHODS[index].2 {
+            "unary" => "unary",
+            _ => "stream",
+        };
+        self.inner
+            .client_requests
+            .with_label_values(&[kind, client_api_version(headers)])
+            .inc();
         Some(Call {
             metrics: self.clone(),
             index,
@@ -254,6 +274,25 @@ impl GrpcMetrics {
     fn sent(&self, index: usize, messages: u64, bytes: u64) {
         self.counters(index).msg_sent.inc_by(messages);
         self.inner.sent_bytes.inc_by(bytes);
+    }
+}
+
+/// The `client-api-version` metadata etcd's clients send (clientv3 sends
+/// its major.minor, e.g. "3.5"), as etcd's interceptors label
+/// etcd_server_client_requests_total with it; "unknown" without one. etcd
+/// takes any value; here only a short version-shaped one becomes a label
+/// value, so that a client cannot grow the series without bound.
+fn client_api_version(headers: &http::HeaderMap) -> &str {
+    const MAX_VERSION_BYTES: usize = 16;
+    match headers.get("client-api-version").map(|v| v.as_bytes()) {
+        Some(v)
+            if !v.is_empty()
+                && v.len() <= MAX_VERSION_BYTES
+                && v.iter().all(|b| b.is_ascii_digit() || *b == b'.') =>
+        {
+            std::str::from_utf8(v).unwrap_or("unknown")
+        }
+        _ => "unknown",
     }
 }
 
@@ -386,7 +425,7 @@ where
 
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
         let call = if is_grpc(&request) {
-            self.metrics.start(request.uri().path())
+            self.metrics.start(request.uri().path(), request.headers())
         } else {
             None
         };

@@ -11,10 +11,12 @@
 //!
 //! One registry per member (tests run several members in one process).
 
+pub mod disk;
 pub mod grpc;
 pub(crate) mod network;
 pub(crate) mod ops;
-pub(crate) mod store;
+pub mod process;
+pub mod store;
 
 use std::time::Duration;
 
@@ -46,7 +48,17 @@ pub struct Metrics {
     pub grpc: grpc::GrpcMetrics,
     pub network: std::sync::Arc<network::NetworkMetrics>,
     pub ops: ops::OpsMetrics,
+    /// WAL writes, `.snap` saves, late heartbeats (fed by consensus).
+    pub disk: std::sync::Arc<disk::DiskMetrics>,
     store: store::StoreMetrics,
+    /// Compaction timings (fed by mvcc).
+    pub compaction: std::sync::Arc<store::CompactionMetrics>,
+    process: process::ProcessMetrics,
+    /// client_golang's promhttp scrape metrics: scrapes being served and
+    /// served, by status code (only 200 is ever answered: encoding into
+    /// memory cannot fail but for a bug, logged).
+    scrapes_in_flight: IntGauge,
+    scrapes_ok: IntCounter,
     has_leader: IntGauge,
     is_leader: IntGauge,
     is_learner: IntGauge,
@@ -253,7 +265,31 @@ impl Metrics {
             grpc: grpc::GrpcMetrics::new(r, extensive),
             network: std::sync::Arc::new(network::NetworkMetrics::new(r, member_id)),
             ops: ops::OpsMetrics::new(r),
+            disk: std::sync::Arc::new(disk::DiskMetrics::new(r)),
             store: store::StoreMetrics::new(r),
+            compaction: std::sync::Arc::new(store::CompactionMetrics::new(r)),
+            process: process::ProcessMetrics::new(r),
+            scrapes_in_flight: gauge(
+                r,
+                "promhttp_metric_handler_requests_in_flight",
+                "Current number of scrapes being served.",
+            ),
+            scrapes_ok: {
+                let vec = prometheus::IntCounterVec::new(
+                    Opts::new(
+                        "promhttp_metric_handler_requests_total",
+                        "Total number of scrapes by HTTP status code.",
+                    ),
+                    &["code"],
+                )
+                .expect("valid metric");
+                r.register(Box::new(vec.clone()))
+                    .expect("metric registered once");
+                // promhttp shows these three from the start
+                vec.with_label_values(&["500"]);
+                vec.with_label_values(&["503"]);
+                vec.with_label_values(&["200"])
+            },
             refresh: parking_lot::Mutex::new(()),
             registry,
         }
@@ -265,6 +301,11 @@ impl Metrics {
         consensus::wal::SyncObserver(std::sync::Arc::new(move |took: Duration| {
             histogram.observe(took.as_secs_f64())
         }))
+    }
+
+    /// What consensus reports of WAL writes, `.snap` saves and heartbeats.
+    pub fn raft_observer(&self) -> consensus::Observer {
+        consensus::Observer(self.disk.clone())
     }
 
     /// The backend's commit observer.
@@ -295,15 +336,20 @@ impl Metrics {
         self.current_revision.set(server.store.current_revision());
         self.compact_revision.set(server.store.compact_revision());
         self.store.refresh(&server.store);
+        self.process.refresh();
     }
 
     /// The text exposition of every metric, refreshed first.
     pub fn render(&self, server: &EtcdServer) -> Vec<u8> {
+        self.scrapes_in_flight.inc();
         self.refresh(server);
         let mut out = Vec::with_capacity(64 * 1024);
         if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
             tracing::warn!(error = %e, "encoding metrics failed");
         }
+        self.scrapes_in_flight.dec();
+        // counted once served, as promhttp: a scrape does not see itself
+        self.scrapes_ok.inc();
         out
     }
 }

@@ -1,7 +1,8 @@
 //! etcd's peer network metrics (etcd 3.5's rafthttp/metrics.go), fed by the
 //! peer transport through [`consensus::transport::NetworkObserver`]:
 //! round-trip times of the transport's probes, raft bytes each way, send
-//! failures and the state of each peer's connection. Peers are labeled by
+//! failures, the state of each peer's connection and backend snapshots
+//! sent and received (with etcd's etcd_snap_db_* of a received one). Peers are labeled by
 //! their member ID in hex, as etcd labels them.
 
 use std::collections::HashMap;
@@ -24,6 +25,104 @@ struct PeerSeries {
     disconnected: IntCounter,
 }
 
+/// The snapshot series of one peer, by direction (label To or From).
+struct SnapshotSeries {
+    success: IntCounter,
+    failures: IntCounter,
+    in_flight: IntGauge,
+    took: Histogram,
+}
+
+/// etcd's etcd_network_snapshot_{send,receive}_* families of one direction.
+struct SnapshotFamilies {
+    success: IntCounterVec,
+    failures: IntCounterVec,
+    in_flight: IntGaugeVec,
+    took: HistogramVec,
+}
+
+impl SnapshotFamilies {
+    /// `direction`: "send" (label To) or "receive" (label From).
+    fn new(registry: &Registry, direction: &str, label: &str) -> SnapshotFamilies {
+        let (sends, past) = match direction {
+            "send" => ("sends", "snapshot send"),
+            _ => ("receives", "snapshot receive"),
+        };
+        let success = IntCounterVec::new(
+            Opts::new(
+                format!("etcd_network_snapshot_{direction}_success"),
+                format!("Total number of successful snapshot {sends}"),
+            ),
+            &[label],
+        )
+        .expect("valid metric");
+        register(registry, &success);
+        let in_flight = IntGaugeVec::new(
+            Opts::new(
+                format!("etcd_network_snapshot_{direction}_inflights_total"),
+                format!("Total number of inflight snapshot {sends}"),
+            ),
+            &[label],
+        )
+        .expect("valid metric");
+        register(registry, &in_flight);
+        let failures = IntCounterVec::new(
+            Opts::new(
+                format!("etcd_network_snapshot_{direction}_failures"),
+                format!("Total number of {past} failures"),
+            ),
+            &[label],
+        )
+        .expect("valid metric");
+        register(registry, &failures);
+        let took = HistogramVec::new(
+            HistogramOpts::new(
+                format!("etcd_network_snapshot_{direction}_total_duration_seconds"),
+                format!("Total latency distributions of v3 snapshot {sends}"),
+            )
+            .buckets(exponential_buckets(0.1, 2.0, 10).expect("valid buckets")),
+            &[label],
+        )
+        .expect("valid metric");
+        register(registry, &took);
+        SnapshotFamilies {
+            success,
+            failures,
+            in_flight,
+            took,
+        }
+    }
+
+    fn series(&self, peer: &str) -> SnapshotSeries {
+        SnapshotSeries {
+            success: self.success.with_label_values(&[peer]),
+            failures: self.failures.with_label_values(&[peer]),
+            in_flight: self.in_flight.with_label_values(&[peer]),
+            took: self.took.with_label_values(&[peer]),
+        }
+    }
+}
+
+impl SnapshotSeries {
+    fn ended(&self, took: Option<Duration>) {
+        match took {
+            Some(took) => {
+                self.success.inc();
+                self.took.observe(took.as_secs_f64());
+            }
+            None => self.failures.inc(),
+        }
+    }
+
+    fn in_flight(&self, in_flight: bool) {
+        if in_flight {
+            self.in_flight.inc();
+        } else {
+            self.in_flight.dec();
+        }
+    }
+}
+
 pub struct NetworkMetrics {
     local: String,
     round_trip: HistogramVec,
@@ -33,6 +132,13 @@ pub struct NetworkMetrics {
     active: IntGaugeVec,
     disconnected: IntCounterVec,
     peers: RwLock<HashMap<u64, PeerSeries>>,
+    snapshot_send: SnapshotFamilies,
+    snapshot_receive: SnapshotFamilies,
+    /// Snapshot series are made on first use: a member that never sends or
+    /// receives one shows none, as etcd.
+    snapshot_peers: RwLock<HashMap<(u64, bool), SnapshotSeries>>,
+    snap_db_fsync: Histogram,
+    snap_db_save: Histogram,
 }
 
 fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: &T) {
@@ -99,6 +205,33 @@ impl NetworkMetrics {
             active,
             disconnected,
             peers: RwLock::new(HashMap::new()),
+            snapshot_send: SnapshotFamilies::new(registry, "send", "To"),
+            snapshot_receive: SnapshotFamilies::new(registry, "receive", "From"),
+            snapshot_peers: RwLock::new(HashMap::new()),
+            snap_db_fsync: {
+                let histogram = Histogram::with_opts(
+                    HistogramOpts::new(
+                        "etcd_snap_db_fsync_duration_seconds",
+                        "The latency distributions of fsyncing .snap.db file",
+                    )
+                    .buckets(exponential_buckets(0.001, 2.0, 14).expect("valid buckets")),
+                )
+                .expect("valid metric");
+                register(registry, &histogram);
+                histogram
+            },
+            snap_db_save: {
+                let histogram = Histogram::with_opts(
+                    HistogramOpts::new(
+                        "etcd_snap_db_save_total_duration_seconds",
+                        "The total latency distributions of v3 snapshot save",
+                    )
+                    .buckets(exponential_buckets(0.1, 2.0, 10).expect("valid buckets")),
+                )
+                .expect("valid metric");
+                register(registry, &histogram);
+                histogram
+            },
         }
     }
 
@@ -117,6 +250,22 @@ impl NetworkMetrics {
                 active: self.active.with_label_values(&[&self.local, &remote]),
                 disconnected: self.disconnected.with_label_values(&[&self.local, &remote]),
             }
+        });
+        observe(series);
+    }
+
+    /// `sending`: to `peer` (true) or from it (false).
+    fn with_snapshot_peer(&self, peer: u64, sending: bool, observe: impl FnOnce(&SnapshotSeries)) {
+        if let Some(series) = self.snapshot_peers.read().get(&(peer, sending)) {
+            return observe(series);
+        }
+        let mut peers = self.snapshot_peers.write();
+        let series = peers.entry((peer, sending)).or_insert_with(|| {
+            let families = match sending {
+                true => &self.snapshot_send,
+                false => &self.snapshot_receive,
+            };
+            families.series(&format!("{peer:x}"))
         });
         observe(series);
     }
@@ -146,5 +295,26 @@ impl NetworkObserver for NetworkMetrics {
                 s.disconnected.inc();
             }
         });
+    }
+
+    fn snapshot_sending(&self, to: u64, in_flight: bool) {
+        self.with_snapshot_peer(to, true, |s| s.in_flight(in_flight));
+    }
+
+    fn snapshot_sent(&self, to: u64, took: Option<Duration>) {
+        self.with_snapshot_peer(to, true, |s| s.ended(took));
+    }
+
+    fn snapshot_receiving(&self, from: u64, in_flight: bool) {
+        self.with_snapshot_peer(from, false, |s| s.in_flight(in_flight));
+    }
+
+    fn snapshot_received(&self, from: u64, took: Option<Duration>) {
+        self.with_snapshot_peer(from, false, |s| s.ended(took));
+    }
+
+    fn snapshot_db_saved(&self, fsync: Duration, total: Duration) {
+        self.snap_db_fsync.observe(fsync.as_secs_f64());
+        self.snap_db_save.observe(total.as_secs_f64());
     }
 }

@@ -1,7 +1,8 @@
 //! etcd's metrics of operations the server times or counts as they happen:
 //! applies (etcdserver/metrics.go applySec, slowApplies), defragmentation
 //! and snapshots (mvcc/backend/metrics.go), hashes (mvcc/metrics.go), failed
-//! read indexes and the lessor's counters (lease/metrics.go).
+//! and slow read indexes, snapshot installs, and the lessor's counters and
+//! TTLs (lease/metrics.go).
 
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,12 @@ pub struct OpsMetrics {
     pub lease_renewed: IntCounter,
     pub lease_expired: IntCounter,
     pub read_indexes_failed: IntCounter,
+    /// Read index requests that timed out (etcd also counts answers to an
+    /// earlier, abandoned request; ours carry no such mix-up).
+    pub slow_read_indexes: IntCounter,
+    /// TTLs of granted leases, in seconds.
+    pub lease_ttl: Histogram,
+    snapshot_apply_in_progress: IntGauge,
 }
 
 fn histogram(r: &Registry, name: &str, help: &str, start: f64, count: usize) -> Histogram {
@@ -121,6 +128,23 @@ impl OpsMetrics {
                 "etcd_server_read_indexes_failed_total",
                 "The total number of failed read indexes seen.",
             ),
+            slow_read_indexes: counter(
+                r,
+                "etcd_server_slow_read_indexes_total",
+                "The total number of pending read indexes not in sync with leader's or timed out read index requests.",
+            ),
+            lease_ttl: histogram(
+                r,
+                "etcd_debugging_lease_ttl_total",
+                "Bucketed histogram of lease TTLs.",
+                1.0,
+                24,
+            ),
+            snapshot_apply_in_progress: gauge(
+                r,
+                "etcd_server_snapshot_apply_in_progress_total",
+                "1 if the server is applying the incoming snapshot. 0 if none.",
+            ),
         }
     }
 
@@ -142,6 +166,12 @@ impl OpsMetrics {
             started: Instant::now(),
             inflight: Some(&self.defrag_inflight),
         }
+    }
+
+    /// A snapshot from the leader is being installed until the guard drops.
+    pub(crate) fn snapshot_apply_started(&self) -> InProgress<'_> {
+        self.snapshot_apply_in_progress.inc();
+        InProgress(&self.snapshot_apply_in_progress)
     }
 
     pub fn snapshot_started(&self) -> Timer<'_> {
@@ -184,5 +214,14 @@ impl Drop for Timer<'_> {
         if let Some(inflight) = self.inflight {
             inflight.set(0);
         }
+    }
+}
+
+/// Keeps a gauge raised while it lives.
+pub(crate) struct InProgress<'a>(&'a IntGauge);
+
+impl Drop for InProgress<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }

@@ -101,6 +101,11 @@ pub fn config_from(flags: &Flags) -> Result<Config, String> {
         pre_vote: flags.bool("pre-vote"),
         force_new_cluster: flags.bool("force-new-cluster"),
         snapshot_count: flags.uint("snapshot-count"),
+        // etcd: 0 is the default (100ms, 10000 operations)
+        backend_batch: etcdserver::apply::BackendBatch::new(
+            flags.duration("backend-batch-interval"),
+            usize::try_from(flags.int("backend-batch-limit").max(0)).unwrap_or(usize::MAX),
+        ),
         heartbeat: Duration::from_millis(flags.uint("heartbeat-interval")),
         election_timeout: Duration::from_millis(flags.uint("election-timeout")),
         max_request_bytes: usize::try_from(flags.uint("max-request-bytes")).unwrap_or(usize::MAX),
@@ -462,6 +467,13 @@ mod tests {
             Some((Duration::from_secs(7200), Duration::from_secs(20)))
         );
         assert_eq!(cfg.watch_progress_notify_interval, Duration::from_secs(600));
+        assert_eq!(
+            cfg.backend_batch,
+            etcdserver::apply::BackendBatch {
+                interval: Duration::from_millis(100),
+                limit: 10_000
+            }
+        );
         let cfg = config(&["--name", "m1"]).unwrap().server;
         assert_eq!(cfg.data_dir, PathBuf::from("m1.oxcd"));
         assert_eq!(cfg.initial_cluster, "m1=http://localhost:2380");
@@ -481,11 +493,23 @@ mod tests {
 
     #[test]
     fn pre_vote_false_turns_it_off_and_keepalive_zero_disables() {
-        let cfg = config(&["--pre-vote=false", "--grpc-keepalive-interval=0"])
-            .unwrap()
-            .server;
+        let cfg = config(&[
+            "--pre-vote=false",
+            "--grpc-keepalive-interval=0",
+            "--backend-batch-interval=10ms",
+            "--backend-batch-limit=5",
+        ])
+        .unwrap()
+        .server;
         assert!(!cfg.pre_vote);
         assert_eq!(cfg.grpc_keepalive, None);
+        assert_eq!(
+            cfg.backend_batch,
+            etcdserver::apply::BackendBatch {
+                interval: Duration::from_millis(10),
+                limit: 5
+            }
+        );
     }
 
     #[test]

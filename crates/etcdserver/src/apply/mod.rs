@@ -73,39 +73,6 @@ impl Default for BackendBatch {
         BackendBatch::new(Duration::ZERO, 0)
     }
 }
-
-/// When apply commits the backend (etcd's `--backend-batch-interval` and
-/// `--backend-batch-limit`): every `interval`, or once `limit` operations
-/// are pending, whichever comes first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BackendBatch {
-    pub interval: Duration,
-    pub limit: usize,
-}
-
-impl BackendBatch {
-    /// etcd's rule: a zero interval or limit takes the default.
-    pub fn new(interval: Duration, limit: usize) -> BackendBatch {
-        BackendBatch {
-            interval: if interval.is_zero() {
-                BACKEND_BATCH_INTERVAL
-            } else {
-                interval
-            },
-            limit: if limit == 0 {
-                BACKEND_BATCH_LIMIT
-            } else {
-                limit
-            },
-        }
-    }
-}
-
-impl Default for BackendBatch {
-    fn default() -> BackendBatch {
-        BackendBatch::new(Duration::ZERO, 0)
-    }
-}
 /// The largest batch applied inline on the raft thread: more entries would
 /// hold up its next Ready (heartbeats, the next fdatasync) for too long.
 pub(crate) const INLINE_APPLY_MAX_ENTRIES: usize = 16;

@@ -16,6 +16,9 @@ const MAX_ELECTION_MS: u64 = 50_000;
 const MIN_RAFT_CONN_TIMEOUT: Duration = Duration::from_secs(5);
 /// etcd's recommendedMaxRequestBytes (10 MiB): above it, a warning.
 const RECOMMENDED_MAX_REQUEST_BYTES: u64 = 10 * 1024 * 1024;
+/// etcd's ErrUnsetAdvertiseClientURLsFlag.
+const UNSET_ADVERTISE_CLIENT_URLS: &str =
+    "--advertise-client-urls is required when --listen-client-urls is set explicitly";
 /// etcd's maxSamplingRatePerMillion.
 const MAX_SAMPLING_RATE_PER_MILLION: i64 = 1_000_000;
 
@@ -223,6 +226,16 @@ fn validate(flags: &Flags, notes: &mut Vec<Note>) -> Result<(), String> {
         return Err(format!(
             "--election-timeout[{election}ms] is too long, and should be set less than {MAX_ELECTION_MS}ms"
         ));
+    }
+    // etcdmain drops the default advertised client URL when the listening
+    // ones are given, and embed refuses to run without one
+    if flags.is_set("listen-client-urls") && !flags.is_set("advertise-client-urls") {
+        notes.push(Note {
+            level: Level::Warn,
+            msg: "advertise client URLs are not set",
+            fields: vec![("error", UNSET_ADVERTISE_CLIENT_URLS.to_string())],
+        });
+        return Err(UNSET_ADVERTISE_CLIENT_URLS.into());
     }
     match flags.str("auto-compaction-mode") {
         "" | "periodic" | "revision" => {}
@@ -541,7 +554,15 @@ mod tests {
             err,
             "--experimental-compact-hash-check-time must be >0 (set to 0s)"
         );
-        let err = config(&["--listen-client-urls", "http://example.com:2379"]).unwrap_err();
+        let err = config(&["--listen-client-urls", "http://127.0.0.1:2379"]).unwrap_err();
+        assert_eq!(err, UNSET_ADVERTISE_CLIENT_URLS);
+        let err = config(&[
+            "--listen-client-urls",
+            "http://example.com:2379",
+            "--advertise-client-urls",
+            "http://example.com:2379",
+        ])
+        .unwrap_err();
         assert_eq!(
             err,
             "expected IP in URL for binding (http://example.com:2379)"

@@ -75,12 +75,19 @@ fn every_flag_of_etcds_help_is_taken_at_its_default() {
         for (name, header) in listed {
             let value = default_value(&name, &header)
                 .unwrap_or_else(|| panic!("oxcd does not know --{name} ({bin})"));
-            let arg = format!("--{name}={value}");
-            let flags = parse(std::slice::from_ref(&arg), &[])
-                .unwrap_or_else(|e| panic!("{arg} refused: {e}"));
+            // etcd: listening URLs given need advertised ones
+            let companion = (name == "listen-client-urls")
+                .then(|| ("advertise-client-urls", "http://localhost:2379"));
+            let mut args = vec![format!("--{name}={value}")];
+            let mut env = vec![(flags::env_name(&name), value.clone())];
+            if let Some((other, value)) = companion {
+                args.push(format!("--{other}={value}"));
+                env.push((flags::env_name(other), value.to_string()));
+            }
+            let arg = args.join(" ");
+            let flags = parse(&args, &[]).unwrap_or_else(|e| panic!("{arg} refused: {e}"));
             oxcd::config_from(&flags).unwrap_or_else(|e| panic!("{arg} refused: {e}"));
             // and through its variable
-            let env = vec![(flags::env_name(&name), value.clone())];
             let flags = parse(&[], &env).unwrap_or_else(|e| panic!("{env:?} refused: {e}"));
             oxcd::config_from(&flags).unwrap_or_else(|e| panic!("{env:?} refused: {e}"));
             seen.insert(name);

@@ -163,6 +163,8 @@ fn a_data_dir_holding_etcds_bbolt_files_is_refused() {
         dir.path().to_str().unwrap(),
         "--listen-client-urls",
         "http://127.0.0.1:0",
+        "--advertise-client-urls",
+        "http://127.0.0.1:0",
     ]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -228,6 +230,8 @@ fn a_torn_wal_tail_is_repaired_and_mid_log_corruption_refuses_to_start() {
         "--data-dir",
         dir.path().to_str().unwrap(),
         "--listen-client-urls",
+        "http://127.0.0.1:0",
+        "--advertise-client-urls",
         "http://127.0.0.1:0",
     ]);
     assert!(!out.status.success(), "started on a corrupt WAL");

@@ -146,7 +146,7 @@ fn main() -> ExitCode {
         eprintln!("oxcd: {e}");
         return ExitCode::from(2);
     }
-    tracing::info!(args = ?std::env::args().collect::<Vec<_>>(), "Running: ");
+    // as etcd: what reading the variables logged, then the command line
     for note in &flags.notes {
         log_note(note);
         if note.level == Level::Fatal {
@@ -154,6 +154,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    tracing::info!(args = ?std::env::args().collect::<Vec<_>>(), "Running: ");
     #[cfg(feature = "failpoints")]
     if let Err(code) = arm_failpoints() {
         return code;

@@ -43,7 +43,7 @@ pub(crate) static FLAGS: &[Spec] = &[
     flag("snapshot-count", Uint, "100000", Some("'100000'"), Member, "Number of committed transactions to trigger a snapshot to disk.", Effective),
     flag("heartbeat-interval", Uint, "100", Some("'100'"), Member, "Time (in milliseconds) of a heartbeat interval.", Effective),
     flag("election-timeout", Uint, "1000", Some("'1000'"), Member, "Time (in milliseconds) for an election to timeout. See tuning documentation for details.", Effective),
-    flag("initial-election-tick-advance", Bool, "true", Some("'true'"), Member, "Whether to fast-forward initial election ticks on boot for faster election.", NoEffect("oxcd does not fast-forward election ticks at boot")),
+    flag("initial-election-tick-advance", Bool, "true", Some("'true'"), Member, "Whether to fast-forward initial election ticks on boot for faster election.", NoEffect("oxcd fast-forwards a one-member cluster's first election, as etcd always does, but never a larger one's: its members wait one election timeout, as etcd's with this flag false")),
     flag("listen-peer-urls", Urls(&[""]), "http://localhost:2380", Some("'http://localhost:2380'"), Member, "List of URLs to listen on for peer traffic.", Effective),
     flag("listen-client-urls", Urls(&[""]), "http://localhost:2379", Some("'http://localhost:2379'"), Member, "List of URLs to listen on for client grpc traffic and http as long as --listen-client-http-urls is not specified.", Effective),
     flag("listen-client-http-urls", Urls(&[""]), "", Some("''"), Member, "List of URLs to listen on for http only client traffic. Enabling this flag removes http services from --listen-client-urls.", Effective),

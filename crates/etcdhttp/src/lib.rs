@@ -4,7 +4,8 @@
 //! which no HTTP route shares, so routing by path sends every gRPC call to
 //! tonic without a look at its headers; for a path no route takes, the
 //! content-type decides between gRPC's Unimplemented and HTTP's 404.
-//! /debug/vars ([`debug`]). `--listen-metrics-urls` serves /metrics and
+//! /debug/vars ([`debug`]) and, with `--enable-pprof`, /debug/pprof
+//! ([`pprof`]). `--listen-metrics-urls` serves /metrics and
 //! /health only. A build with
 //! the `failpoints` feature also serves /debug/failpoints ([`failpoints`]).
 //!
@@ -16,6 +17,7 @@ pub mod debug;
 pub mod failpoints;
 pub mod gateway;
 pub mod health;
+pub mod pprof;
 
 use std::sync::Arc;
 
@@ -157,6 +159,7 @@ pub fn metrics_router(server: Arc<EtcdServer>) -> axum::Router {
 /// the gateway. Merge with the gRPC routes and then call [`with_fallback`].
 pub fn client_router(server: Arc<EtcdServer>, gateway: Arc<Gateway>) -> axum::Router {
     let for_vars = server.clone();
+    let server_pprof = server.cfg.enable_pprof;
     let router = metrics_router(server)
         .route("/version", axum::routing::any(version))
         .route(
@@ -166,6 +169,11 @@ pub fn client_router(server: Arc<EtcdServer>, gateway: Arc<Gateway>) -> axum::Ro
             }),
         )
         .merge(gateway::router(gateway));
+    // --enable-pprof (or --log-level=debug): else these paths are 404
+    let router = match server_pprof {
+        true => router.merge(pprof::router()),
+        false => router,
+    };
     // test builds only: arming failpoints at run time
     #[cfg(feature = "failpoints")]
     let router = router.merge(failpoints::router());

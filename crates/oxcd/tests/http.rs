@@ -541,3 +541,77 @@ fn debug_vars_has_etcds_keys_and_takes_get_only() {
         404
     );
 }
+
+/// One GET with the raw answer: (status, body bytes). The body of a
+/// profile is binary; `Connection: close` ends it.
+fn get_bytes(endpoint: &str, path: &str) -> (u16, Vec<u8>) {
+    use std::io::{Read, Write};
+    let address = endpoint.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    let split = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a header block");
+    let head = String::from_utf8_lossy(&answer[..split]).to_string();
+    assert!(
+        !head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "{head}"
+    );
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, answer[split + 4..].to_vec())
+}
+
+#[test]
+fn pprof_serves_a_cpu_profile_and_a_heap_summary_with_enable_pprof() {
+    use pprof::protos::Message;
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let oxcd = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &["--enable-pprof"]);
+    let (status, gzipped) = get_bytes(&oxcd.endpoint, "/debug/pprof/profile?seconds=1");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&gzipped));
+    assert_eq!(&gzipped[..2], &[0x1f, 0x8b], "gzip's magic");
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(&gzipped[..])
+        .read_to_end(&mut raw)
+        .unwrap();
+    let profile = pprof::protos::Profile::decode(&raw[..]).unwrap();
+    let types: Vec<&str> = profile
+        .sample_type
+        .iter()
+        .map(|t| profile.string_table[t.ty as usize].as_str())
+        .collect();
+    // Go's CPU profiles: samples/count and cpu/nanoseconds
+    assert_eq!(types, ["samples", "cpu"]);
+    assert!(profile.duration_nanos >= 1_000_000_000);
+    let heap = http::get(&oxcd.endpoint, "/debug/pprof/heap").unwrap();
+    assert_eq!(heap.status, 200);
+    assert!(heap.body.contains("VmRSS:"), "{}", heap.body);
+    assert_eq!(
+        http::get(&oxcd.endpoint, "/debug/pprof/goroutine")
+            .unwrap()
+            .status,
+        404
+    );
+    assert_eq!(
+        http::get(&oxcd.endpoint, "/debug/pprof/").unwrap().status,
+        200
+    );
+    assert_eq!(
+        http::post(&oxcd.endpoint, "/debug/pprof/heap", "")
+            .unwrap()
+            .status,
+        405
+    );
+}

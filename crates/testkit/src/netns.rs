@@ -94,19 +94,37 @@ impl NetnsCluster {
     }
 
     fn wait_ready(&self, i: usize) {
+        if let Err(log) = self.ready(i) {
+            panic!("m{} did not become ready; log:\n{log}", i + 1);
+        }
+    }
+
+    /// Waits until member `i` is ready; its log when it is not.
+    fn ready(&self, i: usize) -> Result<(), String> {
         let p = self.members[i].as_ref().expect("started");
-        if p.wait_for_log("ready to serve client requests", START_DEADLINE)
-            .is_none()
-        {
-            panic!("m{} did not become ready; log:\n{}", i + 1, p.log_text());
+        match p.wait_for_log("ready to serve client requests", START_DEADLINE) {
+            Some(_) => Ok(()),
+            None => Err(p.log_text()),
         }
     }
 
     /// Starts a stopped member again on its data dir; waits until ready.
     pub fn restart(&mut self, i: usize) {
+        if let Err(log) = self.try_restart(i) {
+            panic!("m{} did not become ready; log:\n{log}", i + 1);
+        }
+    }
+
+    /// [`NetnsCluster::restart`] that answers with the member's log when it
+    /// does not become ready (the process is reaped then).
+    pub fn try_restart(&mut self, i: usize) -> Result<(), String> {
         assert!(self.members[i].is_none(), "m{} is running", i + 1);
         self.members[i] = Some(self.spawn(i));
-        self.wait_ready(i);
+        let ready = self.ready(i);
+        if ready.is_err() {
+            self.kill9(i);
+        }
+        ready
     }
 
     /// Starts a stopped member with `env` set, without waiting for it to

@@ -166,6 +166,15 @@ pub fn check(history: &History) -> Report {
     }
     leases(history, &log, &mut report);
     convergence(history, &log, &mut report);
+    for fault in &history.faults {
+        if let Some((_, why)) = fault.detail.split_once(super::faults::DID_NOT_COME_BACK) {
+            report.violations.push(format!(
+                "m{} did not come back after {}: its log ends\n{why}",
+                fault.member + 1,
+                fault.kind
+            ));
+        }
+    }
     report
 }
 

@@ -186,8 +186,7 @@ pub async fn inject(
         Fault::KillLeader | Fault::KillFollower => {
             with_cluster(cluster, move |c| c.kill9(member)).await;
             tokio::time::sleep(pause(200, 1500)).await;
-            with_cluster(cluster, move |c| c.restart(member)).await;
-            String::new()
+            restart(cluster, member).await
         }
         Fault::PartitionLeader | Fault::PartitionFollower => {
             with_cluster(cluster, move |c| c.isolate(member)).await;
@@ -204,13 +203,24 @@ pub async fn inject(
         Fault::TruncatedWalTail => {
             tokio::time::sleep(pause(0, 500)).await;
             let cut = pause(1, u64::MAX).as_millis() as u64;
-            with_cluster(cluster, move |c| {
+            let torn = with_cluster(cluster, move |c| {
                 c.kill9(member);
-                let torn = tear_last_wal_record(&c.data_dir(member).join("member/wal"), cut);
-                c.restart(member);
-                torn
+                tear_after_last_wal_record(&c.data_dir(member).join("member/wal"), cut)
             })
-            .await
+            .await;
+            let restarted = restart(cluster, member).await;
+            let repaired = with_cluster(cluster, move |c| {
+                c.members[member]
+                    .as_ref()
+                    .is_some_and(|p| p.log_text().contains("repairing torn tail"))
+            })
+            .await;
+            let repaired = if repaired {
+                "; repaired on restart"
+            } else {
+                "; NOT repaired"
+            };
+            format!("{torn}{repaired}{restarted}")
         }
         Fault::CompactDefrag => compact_and_defrag(&endpoints[member], endpoints).await,
         Fault::DiskFull => disk_full(cluster, member).await,
@@ -226,6 +236,25 @@ pub async fn inject(
         end: recorder.now(),
         detail,
     }
+}
+
+/// What a fault detail says of a member that did not come back.
+pub const DID_NOT_COME_BACK: &str = "; DID NOT COME BACK: ";
+
+fn came_back(result: Result<(), String>) -> String {
+    match result {
+        Ok(()) => String::new(),
+        Err(log) => {
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(6)..].join("\n");
+            format!("{DID_NOT_COME_BACK}{tail}")
+        }
+    }
+}
+
+/// Restarts `member`; empty when it came back, else why not.
+async fn restart(cluster: &SharedCluster, member: usize) -> String {
+    with_cluster(cluster, move |c| came_back(c.try_restart(member))).await
 }
 
 /// Compacts to a revision a little behind the newest (through any member)
@@ -280,17 +309,19 @@ async fn disk_full(cluster: &SharedCluster, member: usize) -> String {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    with_cluster(cluster, move |c| {
+    let restarted = with_cluster(cluster, move |c| {
         if let Some(volume) = c.volume(member) {
             volume.resize(VOLUME_SIZE);
         }
-        if !c.has_process(member) {
-            c.restart(member);
+        if c.has_process(member) {
+            String::new()
+        } else {
+            came_back(c.try_restart(member))
         }
     })
     .await;
     if exited {
-        "the member exited on the full disk and came back".into()
+        format!("the member exited on the full disk and came back{restarted}")
     } else {
         "the member kept serving on the full disk".into()
     }
@@ -307,12 +338,16 @@ fn used_bytes(path: &Path) -> Option<u64> {
     (rc == 0).then(|| (stat.f_blocks - stat.f_bfree) * stat.f_frsize)
 }
 
-/// Tears the last record of the newest WAL segment: keeps `cut` modulo
-/// its length bytes of it (at least its first byte) and zeroes the rest,
-/// as a crash in the middle of that write leaves it. The WAL layout is
-/// crates/consensus/src/wal/mod.rs's: 16-byte headers, length first, then
-/// the payload; the preallocated tail is zeros.
-fn tear_last_wal_record(dir: &Path, cut: u64) -> String {
+/// Leaves a torn write after the last record of the newest WAL segment,
+/// as a crash in the middle of an append that was never synced (so never
+/// acknowledged) leaves it: a record header claiming `len` payload bytes
+/// (its header CRC sound) followed by only part of them. The WAL layout is
+/// crates/consensus/src/wal/mod.rs's: 16-byte headers (length, payload CRC,
+/// type, 3 reserved bytes, header CRC of bytes 0..12), then the payload; the
+/// preallocated tail is zeros. Tearing a record that was synced would lose
+/// what the member acknowledged, a fault outside raft's model (raft then
+/// stops the member, as etcd does: "tocommit is out of range").
+fn tear_after_last_wal_record(dir: &Path, seed: u64) -> String {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return format!("no WAL dir {}", dir.display());
     };
@@ -328,7 +363,7 @@ fn tear_last_wal_record(dir: &Path, cut: u64) -> String {
     let Ok(bytes) = std::fs::read(last) else {
         return "unreadable WAL segment".into();
     };
-    let (mut offset, mut last_record) = (0usize, None);
+    let mut offset = 0usize;
     while offset + 16 <= bytes.len() {
         let len =
             u32::from_le_bytes(bytes[offset..offset + 4].try_into().expect("4 bytes")) as usize;
@@ -339,26 +374,28 @@ fn tear_last_wal_record(dir: &Path, cut: u64) -> String {
         if end > bytes.len() {
             break;
         }
-        last_record = Some((offset, end));
         offset = end;
     }
-    let Some((start, end)) = last_record else {
-        return "empty WAL segment".into();
-    };
-    let keep = 1 + (cut % (end - start - 1) as u64) as usize;
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let len = rng.usize(16..512);
+    let written = rng.usize(1..len);
+    let mut torn = Vec::with_capacity(16 + written);
+    torn.extend_from_slice(&(len as u32).to_le_bytes());
+    torn.extend_from_slice(&rng.u32(..).to_le_bytes());
+    torn.extend_from_slice(&[2, 0, 0, 0]);
+    let header_crc = crc32fast::hash(&torn[..12]);
+    torn.extend_from_slice(&header_crc.to_le_bytes());
+    torn.extend((0..written).map(|_| rng.u8(1..)));
     let Ok(file) = std::fs::OpenOptions::new().write(true).open(last) else {
         return "cannot open the WAL segment".into();
     };
     use std::os::unix::fs::FileExt;
-    let zeros = vec![0u8; end - start - keep];
-    match file.write_all_at(&zeros, (start + keep) as u64) {
+    match file.write_all_at(&torn, offset as u64) {
         Ok(()) => format!(
-            "tore the record at {}:{start} ({} of {} bytes kept)",
+            "a torn record at {}:{offset} ({written} of {len} payload bytes)",
             last.file_name()
                 .map(|f| f.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            keep,
-            end - start
+                .unwrap_or_default()
         ),
         Err(e) => format!("cannot tear: {e}"),
     }
@@ -406,15 +443,19 @@ async fn crash_point(
         };
         with_cluster(cluster, move |c| c.kill9(lagging)).await;
         tokio::time::sleep(Duration::from_secs(4)).await;
-        with_cluster(cluster, move |c| {
+        let restarted_lagging = with_cluster(cluster, move |c| {
             if on_install {
                 let spec = format!("{name}=1*panic");
                 c.spawn_with_env(lagging, &[("OXCD_FAILPOINTS", &spec)]);
+                String::new()
             } else {
-                c.restart(lagging);
+                came_back(c.try_restart(lagging))
             }
         })
         .await;
+        if !restarted_lagging.is_empty() {
+            return restarted_lagging;
+        }
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
     let mut crashed = false;
@@ -426,8 +467,10 @@ async fn crash_point(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     if crashed {
-        with_cluster(cluster, move |c| c.restart(member)).await;
-        "crashed there and came back".into()
+        format!(
+            "crashed there and came back{}",
+            restart(cluster, member).await
+        )
     } else {
         tokio::task::spawn_blocking(move || failpoint_request(&endpoint, "DELETE", name, None))
             .await

@@ -318,7 +318,9 @@ async fn converge(cluster: &SharedCluster, endpoints: &[String]) -> Vec<MemberSt
             c.heal(i);
             c.reap_if_exited(i);
             if !c.has_process(i) {
-                c.restart(i);
+                // one that does not come back is missing from the final
+                // state, which the checks report
+                let _ = c.try_restart(i);
             }
         }
     });

@@ -77,7 +77,7 @@ fn every_flag_of_etcds_help_is_taken_at_its_default() {
                 .unwrap_or_else(|| panic!("oxcd does not know --{name} ({bin})"));
             // etcd: listening URLs given need advertised ones
             let companion = (name == "listen-client-urls")
-                .then(|| ("advertise-client-urls", "http://localhost:2379"));
+                .then_some(("advertise-client-urls", "http://localhost:2379"));
             let mut args = vec![format!("--{name}={value}")];
             let mut env = vec![(flags::env_name(&name), value.clone())];
             if let Some((other, value)) = companion {

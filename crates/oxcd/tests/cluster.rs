@@ -279,6 +279,58 @@ async fn a_member_behind_the_leaders_compacted_log_rejoins_by_snapshot() {
         .await
         .unwrap_err();
     assert!(format!("{compacted}").contains("required revision has been compacted"));
+    // etcd's snapshot metrics saw it: the backend sent, received, saved and
+    // installed, and `.snap` files saved every 100 entries
+    let metrics = |i: usize| {
+        testkit::http::get(&cluster.endpoint(i), "/metrics")
+            .unwrap()
+            .body
+    };
+    let total = |text: &str, prefix: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let lagging_metrics = metrics(lagging);
+    assert!(
+        total(
+            &lagging_metrics,
+            "etcd_network_snapshot_receive_success{From="
+        ) >= 1.0
+    );
+    assert!(
+        total(
+            &lagging_metrics,
+            "etcd_snap_db_save_total_duration_seconds_count"
+        ) >= 1.0
+    );
+    assert!(
+        total(
+            &lagging_metrics,
+            "etcd_snap_db_fsync_duration_seconds_count"
+        ) >= 1.0
+    );
+    assert_eq!(
+        total(
+            &lagging_metrics,
+            "etcd_server_snapshot_apply_in_progress_total"
+        ),
+        0.0
+    );
+    let others: Vec<String> = (0..3).filter(|i| *i != lagging).map(metrics).collect();
+    let sent: f64 = others
+        .iter()
+        .map(|t| total(t, "etcd_network_snapshot_send_success{To="))
+        .sum();
+    assert!(sent >= 1.0, "no member counted a snapshot sent");
+    assert!(
+        total(
+            &others[0],
+            "etcd_debugging_snap_save_total_duration_seconds_count"
+        ) >= 1.0
+    );
+    assert!(total(&others[0], "etcd_snap_fsync_duration_seconds_count") >= 1.0);
 }
 
 /// A watch on `prefix` from `start`, on one member.

@@ -97,9 +97,13 @@ impl Store {
         // the thread installing it. A panic before the commit leaves this
         // store as it was (the write transaction is dropped, aborted).
         let loaded = backend::without_panics(source, || {
+            // Read-only: nothing commits to the received file (a commit
+            // on a damaged file can abort the process: see
+            // backend::open_database); damage met reading it is a panic
+            // that without_panics turns into refusing it.
             let snapshot_db = redb::Builder::new()
                 .set_cache_size(crate::snapshot_file::COPY_CACHE_BYTES)
-                .open(source)
+                .open_read_only(source)
                 .map_err(backend_error)?;
             let snapshot = snapshot_db.begin_read().map_err(backend_error)?;
             let mut txn = db.begin_write().map_err(backend_error)?;

@@ -352,7 +352,9 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 fn a_backend_whose_meta_key_is_not_utf8_is_refused_at_open() {
     // Found by `damaged_backend_files_open_or_are_refused`: such a file
     // opened (the meta table was only looked up), and the next full read
-    // of it (Maintenance.Hash, a corruption check) panicked in redb.
+    // of it (Maintenance.Hash, a corruption check) panicked in redb. (The
+    // integrity check at open now refuses it first; the full read of every
+    // table at open stays behind it.)
     let dir = tempfile::tempdir().expect("tempdir");
     let store = source_store(dir.path());
     let backup = dir.path().join("backup.db");
@@ -362,6 +364,25 @@ fn a_backend_whose_meta_key_is_not_utf8_is_refused_at_open() {
     bytes[at + 3] = 0xff;
     let path = dir.path().join("member.db");
     fs::write(&path, &bytes).expect("write");
+    let refused = Store::open(&path).err().expect("refused");
+    assert!(refused.to_string().contains("is damaged"), "{refused}");
+}
+
+#[test]
+fn a_backend_damaged_in_redbs_freed_pages_is_refused_at_open_not_an_abort() {
+    // Found by `damaged_backend_files_open_or_are_refused` (release build,
+    // iteration 55 of its default seed; the file it wrote is the fixture):
+    // three bytes of a backup changed, in redb's freed-pages tree. The
+    // open's first commit walked that tree, redb panicked in it and again
+    // while unwinding (a double panic: the process aborted, past any
+    // catch_unwind; in a debug build a debug assertion of redb's panics
+    // first, which is caught, so the abort shows in release builds). The
+    // integrity check at open refuses the file instead.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("member.db");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/freed_pages_damaged.redb");
+    fs::copy(fixture, &path).expect("copy the fixture");
     let refused = Store::open(&path).err().expect("refused");
     assert!(refused.to_string().contains("is damaged"), "{refused}");
 }
@@ -403,5 +424,34 @@ fn a_damaged_backend_received_from_a_leader_is_refused_not_a_panic() {
             .kvs
             .len(),
         1
+    );
+}
+
+#[test]
+fn a_damaged_value_is_named_by_its_records_checksum_not_only_redbs_page_check() {
+    // With redb's integrity check at open, a value overwritten on disk
+    // fails redb's page checksum first; the refusal still says which
+    // record, as the record's own checksum does.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = source_store(dir.path());
+    let backup = dir.path().join("backup.db");
+    store.backup_to(&backup).expect("backup");
+    let mut bytes = fs::read(&backup).expect("read");
+    let value = vec![29u8; (29 * 37) % 300];
+    let mut copies = 0;
+    let mut at = 0;
+    while let Some(found) = bytes[at..].windows(value.len()).position(|w| w == value) {
+        let start = at + found;
+        bytes[start..start + 10].copy_from_slice(b"0123456789");
+        copies += 1;
+        at = start + value.len();
+    }
+    assert!(copies > 0);
+    let path = dir.path().join("member.db");
+    fs::write(&path, &bytes).expect("write");
+    let refused = Store::open(&path).err().expect("refused").to_string();
+    assert!(
+        refused.contains("is damaged") && refused.contains("fails its checksum"),
+        "{refused}"
     );
 }

@@ -83,3 +83,39 @@ fn an_existing_data_dir_with_another_mode_is_warned_about_not_refused() {
     assert!(warnings[0].contains("drwxr-x---"), "{}", warnings[0]);
     m.terminate(Duration::from_secs(20));
 }
+
+#[test]
+fn a_restored_data_dir_is_private_as_etcdutls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut m = Process::start_oxcd(&testkit::oxcd_bin(), &tmp.path().join("data"), &[]);
+    let snapshot = tmp.path().join("snap.db");
+    let out = std::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args(["--endpoints", m.host_port(), "snapshot", "save"])
+        .arg(&snapshot)
+        .output()
+        .expect("etcdctl is installed (apt-get install etcd-client)");
+    assert!(out.status.success(), "{out:?}");
+    m.terminate(Duration::from_secs(20));
+    let restored = tmp.path().join("restored");
+    let mut sink = Vec::new();
+    let argv = [
+        "oxctl",
+        "snapshot",
+        "restore",
+        snapshot.to_str().unwrap(),
+        "--data-dir",
+        restored.to_str().unwrap(),
+    ];
+    oxctl::run(argv.iter().copied(), &mut sink).expect("restores");
+    let member = restored.join("member");
+    for dir in [
+        restored.clone(),
+        member.clone(),
+        member.join("snap"),
+        member.join("wal"),
+    ] {
+        assert_eq!(mode(&dir), 0o700, "{}", dir.display());
+    }
+    assert_eq!(mode(&member.join("snap").join("db")), 0o600);
+}

@@ -89,7 +89,7 @@ pub fn backup(data_dir: &Path, backup_dir: &Path, with_v3: bool) -> Result<Backe
 
     let staging = backup_dir.join(".member.backing-up");
     let _ = std::fs::remove_dir_all(&staging);
-    std::fs::create_dir_all(staging.join("snap"))?;
+    consensus::fileutil::create_private_dir_all(&staging.join("snap"))?;
     let result = (|| -> Result<BackedUp, CliError> {
         let store = mvcc::Store::open(&db).map_err(|e| {
             failed(format!(

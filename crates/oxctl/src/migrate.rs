@@ -679,7 +679,7 @@ fn plan(
 /// Writes the oxcd member dir at `staging`; the revision it holds.
 fn write_member(db: &Path, log: &EtcdLog, plan: &Plan, staging: &Path) -> Result<i64, CliError> {
     let snap_dir = staging.join("snap");
-    fs::create_dir_all(&snap_dir)?;
+    consensus::fileutil::create_private_dir_all(&snap_dir)?;
     let records: Vec<(u64, Vec<u8>)> = plan
         .members
         .iter()

@@ -272,7 +272,8 @@ fn write_data_dir(
     wal_dir: &Path,
     bump_revision: u64,
 ) -> Result<(), CliError> {
-    std::fs::create_dir_all(snap_dir)?;
+    // 0700 as etcdutl's (client/pkg/fileutil.PrivateDirMode)
+    consensus::fileutil::create_private_dir_all(snap_dir)?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;

@@ -191,6 +191,10 @@ async fn keep_alive<S>(
             None => return,
             Some(Err(status)) => {
                 tracing::debug!(error = %status, "lease keep-alive stream failed");
+                server
+                    .metrics
+                    .ops
+                    .stream_receive_failed("lease-keepalive", &status);
                 return;
             }
         };

@@ -281,7 +281,10 @@ impl Session {
                     // Half-closed: events still flow until the client leaves
                     // (etcd keeps the stream until its context ends).
                     None => reading = false,
-                    Some(Err(_)) => return None,
+                    Some(Err(status)) => {
+                        self.server.metrics.ops.stream_receive_failed("watch", &status);
+                        return None;
+                    }
                 },
                 _ = self.link.gone.notified() => return None,
                 _ = async { drop(shutdown.wait_for(|stop| *stop).await) } => {

@@ -36,6 +36,8 @@ pub struct OpsMetrics {
     /// TTLs of granted leases, in seconds.
     pub lease_ttl: Histogram,
     snapshot_apply_in_progress: IntGauge,
+    /// etcd_network_server_stream_failures_total{Type, API}.
+    stream_failures: prometheus::IntCounterVec,
 }
 
 fn histogram(r: &Registry, name: &str, help: &str, start: f64, count: usize) -> Histogram {
@@ -145,6 +147,19 @@ impl OpsMetrics {
                 "etcd_server_snapshot_apply_in_progress_total",
                 "1 if the server is applying the incoming snapshot. 0 if none.",
             ),
+            stream_failures: {
+                let vec = prometheus::IntCounterVec::new(
+                    prometheus::Opts::new(
+                        "etcd_network_server_stream_failures_total",
+                        "The total number of stream failures from the local server.",
+                    ),
+                    &["Type", "API"],
+                )
+                .expect("valid metric");
+                r.register(Box::new(vec.clone()))
+                    .expect("metric registered once");
+                vec
+            },
         }
     }
 
@@ -165,6 +180,17 @@ impl OpsMetrics {
             histogram: &self.defrag,
             started: Instant::now(),
             inflight: Some(&self.defrag_inflight),
+        }
+    }
+
+    /// A watch or keep-alive stream (`api`: "watch", "lease-keepalive")
+    /// failed to receive a request for another reason than the client
+    /// canceling it (etcd's isClientCtxErr).
+    pub fn stream_receive_failed(&self, api: &str, status: &tonic::Status) {
+        if status.code() != tonic::Code::Cancelled {
+            self.stream_failures
+                .with_label_values(&["receive", api])
+                .inc();
         }
     }
 
@@ -223,5 +249,32 @@ pub(crate) struct InProgress<'a>(&'a IntGauge);
 impl Drop for InProgress<'_> {
     fn drop(&mut self) {
         self.0.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_canceled_by_its_client_is_no_failure() {
+        let registry = Registry::new();
+        let ops = OpsMetrics::new(&registry);
+        ops.stream_receive_failed("watch", &tonic::Status::cancelled("client went away"));
+        assert!(ops
+            .stream_failures
+            .get_metric_with_label_values(&["receive", "watch"])
+            .is_ok_and(|c| c.get() == 0));
+        ops.stream_receive_failed("watch", &tonic::Status::internal("bad message"));
+        ops.stream_receive_failed(
+            "lease-keepalive",
+            &tonic::Status::unknown("h2 protocol error"),
+        );
+        let count = |api: &str| {
+            ops.stream_failures
+                .with_label_values(&["receive", api])
+                .get()
+        };
+        assert_eq!((count("watch"), count("lease-keepalive")), (1, 1));
     }
 }

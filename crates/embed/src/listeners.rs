@@ -440,7 +440,10 @@ fn client_routes(
         .add_service(limits!(AuthServer::new(AuthService::new(server.clone()))))
         .clone()
         .routes();
-    let gateway = Arc::new(Gateway::new(server.clone(), shutdown.clone(), own_client));
+    let gateway = server
+        .cfg
+        .enable_grpc_gateway
+        .then(|| Arc::new(Gateway::new(server.clone(), shutdown.clone(), own_client)));
     let http = etcdhttp::client_router(server.clone(), gateway);
     let router = match (serves.grpc, serves.http) {
         (true, true) => grpc.into_axum_router().merge(http),

@@ -157,7 +157,7 @@ pub fn metrics_router(server: Arc<EtcdServer>) -> axum::Router {
 
 /// Everything plain HTTP on the client port: metrics, health, version and
 /// the gateway. Merge with the gRPC routes and then call [`with_fallback`].
-pub fn client_router(server: Arc<EtcdServer>, gateway: Arc<Gateway>) -> axum::Router {
+pub fn client_router(server: Arc<EtcdServer>, gateway: Option<Arc<Gateway>>) -> axum::Router {
     let for_vars = server.clone();
     let server_pprof = server.cfg.enable_pprof;
     let router = metrics_router(server)
@@ -168,7 +168,8 @@ pub fn client_router(server: Arc<EtcdServer>, gateway: Arc<Gateway>) -> axum::Ro
                 debug::vars(for_vars.clone(), request)
             }),
         )
-        .merge(gateway::router(gateway));
+        // etcd's --enable-grpc-gateway=false: no /v3 JSON routes
+        .merge(gateway.map(gateway::router).unwrap_or_default());
     // --enable-pprof (or --log-level=debug): else these paths are 404
     let router = match server_pprof {
         true => router.merge(pprof::router()),

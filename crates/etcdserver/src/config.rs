@@ -48,6 +48,9 @@ pub struct ServerConfig {
     pub snapshot_catch_up_entries: u64,
     /// HTTP/2 streams per client connection; None = unlimited, as etcd.
     pub max_concurrent_streams: Option<u32>,
+    /// `--enable-grpc-gateway` (default on): the JSON gateway (`/v3/...`)
+    /// on the client URLs.
+    pub enable_grpc_gateway: bool,
     /// --grpc-keepalive-interval and --grpc-keepalive-timeout: how often the
     /// server pings an idle client connection, and how long it waits for
     /// the answer; None (either flag 0) disables the pings, as etcd.
@@ -144,6 +147,7 @@ impl Default for ServerConfig {
             max_txn_ops: 128,
             quota_backend_bytes: 2 * 1024 * 1024 * 1024,
             max_concurrent_streams: None,
+            enable_grpc_gateway: true,
             grpc_keepalive: Some((Duration::from_secs(2 * 60 * 60), Duration::from_secs(20))),
             snapshot_catch_up_entries: 5000,
             watch_progress_notify_interval: Duration::from_secs(10 * 60),

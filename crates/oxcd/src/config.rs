@@ -120,6 +120,7 @@ pub fn config_from(flags: &Flags) -> Result<Config, String> {
             n => Some(n as u32),
         },
         grpc_keepalive: keepalive,
+        enable_grpc_gateway: flags.bool("enable-grpc-gateway"),
         watch_progress_notify_interval: flags
             .duration("experimental-watch-progress-notify-interval"),
         listen_metrics_urls: flags.list("listen-metrics-urls").to_vec(),

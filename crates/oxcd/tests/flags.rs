@@ -318,3 +318,25 @@ fn a_member_starts_with_every_flag_etcd_lists_at_its_default() {
     assert_eq!(unique.len(), warned.len(), "{warned:?}");
     assert!(warned.contains(&"--backend-bbolt-freelist-type".to_string()));
 }
+
+#[test]
+fn enable_grpc_gateway_false_takes_the_json_gateway_away() {
+    let body = r#"{"key":"YQ=="}"#;
+    let dir = tempfile::tempdir().unwrap();
+    let mut on = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
+    let answer = testkit::http::post(&on.endpoint, "/v3/kv/range", body).expect("answers");
+    assert_eq!(answer.status, 200, "{answer:?}");
+    on.terminate(Duration::from_secs(20));
+    let mut off = Process::start_oxcd(
+        &testkit::oxcd_bin(),
+        dir.path(),
+        &["--enable-grpc-gateway=false"],
+    );
+    // etcd 3.5.16 answers 404 too
+    let answer = testkit::http::post(&off.endpoint, "/v3/kv/range", body).expect("answers");
+    assert_eq!(answer.status, 404, "{answer:?}");
+    // the rest of the HTTP routes stay
+    let health = testkit::http::get(&off.endpoint, "/health").expect("answers");
+    assert_eq!(health.status, 200, "{health:?}");
+    off.terminate(Duration::from_secs(20));
+}

@@ -56,7 +56,7 @@ pub(crate) static FLAGS: &[Spec] = &[
     flag("max-txn-ops", Uint, "128", Some("'128'"), Member, "Maximum number of operations permitted in a transaction.", Effective),
     flag("max-request-bytes", Uint, "1572864", Some("'1572864'"), Member, "Maximum client request size in bytes the server will accept.", Effective),
     flag("max-concurrent-streams", Uint32, "4294967295", Some("'math.MaxUint32'"), Member, "Maximum concurrent streams that each client can open at a time.", Effective),
-    flag("enable-grpc-gateway", Bool, "true", None, Member, "Enable GRPC gateway.", NoEffect("oxcd always serves the JSON gateway on its client URLs")),
+    flag("enable-grpc-gateway", Bool, "true", None, Member, "Enable GRPC gateway.", Effective),
     flag("grpc-keepalive-min-time", Duration, "5s", Some("'5s'"), Member, "Minimum duration interval that a client should wait before pinging server.", NoEffect("oxcd does not enforce a minimum client ping interval yet")),
     flag("grpc-keepalive-interval", Duration, "2h", Some("'2h'"), Member, "Frequency duration of server-to-client ping to check if a connection is alive (0 to disable).", Effective),
     flag("grpc-keepalive-timeout", Duration, "20s", Some("'20s'"), Member, "Additional duration of wait before closing a non-responsive connection (0 to disable).", Effective),

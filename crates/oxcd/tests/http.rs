@@ -433,16 +433,53 @@ const ABSENT_FAMILIES: &[&str] = &[
     "etcd_server_go_version",
 ];
 
-/// (name, type, help) of every family in `text`.
-fn families(text: &str) -> std::collections::BTreeMap<String, (String, String)> {
-    let mut families = std::collections::BTreeMap::<String, (String, String)>::new();
+/// A family as /metrics shows it: type, label names (le aside), bucket
+/// bounds, help.
+#[derive(Debug, Default, PartialEq)]
+struct Family {
+    kind: String,
+    labels: std::collections::BTreeSet<String>,
+    buckets: Vec<f64>,
+    help: String,
+}
+
+/// Every family in `text`.
+fn families(text: &str) -> std::collections::BTreeMap<String, Family> {
+    let mut families = std::collections::BTreeMap::<String, Family>::new();
+    let label = regex::Regex::new(r#"([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)""#).unwrap();
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# HELP ") {
             let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
-            families.entry(name.into()).or_default().1 = help.into();
+            families.entry(name.into()).or_default().help = help.into();
         } else if let Some(rest) = line.strip_prefix("# TYPE ") {
             let (name, kind) = rest.split_once(' ').unwrap();
-            families.entry(name.into()).or_default().0 = kind.into();
+            families.entry(name.into()).or_default().kind = kind.into();
+        } else if !line.is_empty() && !line.starts_with('#') {
+            let series = line.split(' ').next().unwrap();
+            let (metric, labels) = series.split_once('{').unwrap_or((series, ""));
+            let name = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| {
+                    metric
+                        .strip_suffix(suffix)
+                        .filter(|base| families.contains_key(*base))
+                })
+                .unwrap_or(metric)
+                .to_string();
+            let family = families.entry(name).or_default();
+            for found in label.captures_iter(labels) {
+                match &found[1] {
+                    "le" => {
+                        let bound: f64 = found[2].replace("+Inf", "inf").parse().unwrap();
+                        if !family.buckets.contains(&bound) {
+                            family.buckets.push(bound);
+                        }
+                    }
+                    name => {
+                        family.labels.insert(name.to_string());
+                    }
+                }
+            }
         }
     }
     families
@@ -465,23 +502,40 @@ fn metric_families_are_etcd_3_5_16s() {
     let ours = families(&metrics(&oxcd.endpoint));
     let mut missing = Vec::new();
     for line in fixture.lines().filter(|l| !l.starts_with('#')) {
-        let mut fields = line.splitn(3, '\t');
-        let (name, kind, help) = (
-            fields.next().unwrap(),
-            fields.next().unwrap(),
-            fields.next().unwrap_or(""),
-        );
+        let fields: Vec<&str> = line.splitn(5, '\t').collect();
+        let [name, kind, labels, buckets, help] = fields[..] else {
+            panic!("a fixture line has five fields: {line}");
+        };
         if ABSENT_FAMILIES.contains(&name) {
             assert!(!ours.contains_key(name), "{name} is listed as absent");
             continue;
         }
-        match ours.get(name) {
-            None => missing.push(name.to_string()),
-            Some((our_kind, our_help)) => {
-                assert_eq!(our_kind, kind, "type of {name}");
-                assert_eq!(our_help, help, "help of {name}");
-            }
-        }
+        let Some(family) = ours.get(name) else {
+            missing.push(name.to_string());
+            continue;
+        };
+        let expected = Family {
+            kind: kind.into(),
+            labels: labels
+                .split(',')
+                .filter(|l| !l.is_empty())
+                .map(String::from)
+                .collect(),
+            buckets: buckets
+                .split(',')
+                .filter(|b| !b.is_empty())
+                .map(|b| b.replace("+Inf", "inf").parse().unwrap())
+                .collect(),
+            help: help.into(),
+        };
+        let mut ours_sorted = Family {
+            kind: family.kind.clone(),
+            labels: family.labels.clone(),
+            buckets: family.buckets.clone(),
+            help: family.help.clone(),
+        };
+        ours_sorted.buckets.sort_by(f64::total_cmp);
+        assert_eq!(ours_sorted, expected, "{name}");
     }
     assert!(
         missing.is_empty(),

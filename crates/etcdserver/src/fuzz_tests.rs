@@ -332,7 +332,7 @@ fn random_conf_change(rng: &mut fastrand::Rng) -> Vec<u8> {
 
 #[test]
 fn committed_entries_of_any_bytes_apply_or_halt() {
-    let fuzz = Fuzz::new("apply-entries", 1500);
+    let fuzz = Fuzz::new("apply-entries", 5000);
     let mut rng = fuzz.rng();
     let dir = tempfile::tempdir().expect("tempdir");
     let (applied, halted) = on_stack(api::codec::REQUEST_THREAD_STACK_BYTES, move || {
@@ -436,7 +436,7 @@ fn random_auth_store(rng: &mut fastrand::Rng) -> Vec<u8> {
 #[test]
 fn stored_records_of_any_bytes_recover_or_are_refused() {
     use mvcc::SideTable;
-    let fuzz = Fuzz::new("recover-records", 300);
+    let fuzz = Fuzz::new("recover-records", 1000);
     let mut rng = fuzz.rng();
     let dir = tempfile::tempdir().expect("tempdir");
     let machine = machine(dir.path());

@@ -162,7 +162,7 @@ fn judge(bytes: &[u8], max_txn_ops: usize) -> usize {
 
 #[test]
 fn decoded_requests_are_judged_with_etcds_errors() {
-    let fuzz = Fuzz::new("v3rpc-checks", 5000);
+    let fuzz = Fuzz::new("v3rpc-checks", 20000);
     let mut rng = fuzz.rng();
     let decoded = on_stack(REQUEST_THREAD_STACK_BYTES, move || {
         let mut decoded = 0;

@@ -265,7 +265,7 @@ const SLACK_BYTES: usize = 256 * 1024;
 
 #[test]
 fn json_bodies_of_every_route_decode_or_are_refused() {
-    let fuzz = Fuzz::new("gateway-bodies", 3000);
+    let fuzz = Fuzz::new("gateway-bodies", 10000);
     let mut rng = fuzz.rng();
     let pool = pool();
     let accepted = on_stack(REQUEST_THREAD_STACK_BYTES, move || {
@@ -289,7 +289,7 @@ fn json_bodies_of_every_route_decode_or_are_refused() {
 
 #[test]
 fn stream_bodies_split_anywhere_read_as_when_whole() {
-    let fuzz = Fuzz::new("gateway-streams", 1500);
+    let fuzz = Fuzz::new("gateway-streams", 3000);
     let mut rng = fuzz.rng();
     let pool = pool();
     let streams = [&REQUESTS[REQUESTS.len() - 2], &REQUESTS[REQUESTS.len() - 1]];

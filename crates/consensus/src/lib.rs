@@ -161,6 +161,9 @@ pub struct StartOptions {
     /// etcd's `--pre-vote=false`: candidates campaign at once, without
     /// first asking whether they could win (PreVote is on by default).
     pub disable_pre_vote: bool,
+    /// etcd's `--max-snapshots`: `.snap` files kept (0: all); None: 5,
+    /// etcd's default.
+    pub max_snapshots: Option<usize>,
     /// Told how long each WAL fdatasync took (the server's
     /// etcd_disk_wal_fsync_duration_seconds); this crate knows no metrics.
     pub wal_sync_observer: Option<wal::SyncObserver>,

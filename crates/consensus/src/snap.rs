@@ -190,6 +190,8 @@ pub fn load_newest(dir: &Path) -> Result<Option<Snapshot>, SnapError> {
 /// Reads and writes the snapshot files of one member.
 pub(crate) struct Snapshotter {
     dir: PathBuf,
+    /// `.snap` files kept at a save (etcd's `--max-snapshots`; 0: all).
+    keep: usize,
 }
 
 impl Snapshotter {
@@ -197,7 +199,13 @@ impl Snapshotter {
         crate::fileutil::create_private_dir_all(dir).map_err(io_err(dir))?;
         Ok(Snapshotter {
             dir: dir.to_path_buf(),
+            keep: KEEP_SNAPSHOTS,
         })
+    }
+
+    /// Keeps the newest `keep` `.snap` files at each save (0: all of them).
+    pub(crate) fn set_retention(&mut self, keep: usize) {
+        self.keep = keep;
     }
 
     /// Snapshot files as (term, index, path), newest (highest index) first.
@@ -214,7 +222,8 @@ impl Snapshotter {
         Ok(files)
     }
 
-    /// Durably writes `snapshot` and deletes all but the newest [`KEEP_SNAPSHOTS`].
+    /// Durably writes `snapshot` and deletes all but the newest few (the
+    /// retention, [`KEEP_SNAPSHOTS`] unless set).
     /// Tells `observer` how long encoding, fsync and the whole save took.
     pub(crate) fn save(
         &self,
@@ -239,7 +248,12 @@ impl Snapshotter {
         if let Some(observer) = observer {
             observer.0.snap_saved(marshalling, fsync, started.elapsed());
         }
-        for (_, _, old) in self.list()?.into_iter().skip(KEEP_SNAPSHOTS) {
+        let keep = if self.keep == 0 {
+            usize::MAX
+        } else {
+            self.keep
+        };
+        for (_, _, old) in self.list()?.into_iter().skip(keep) {
             if let Err(e) = fs::remove_file(&old) {
                 tracing::warn!(file = %old.display(), error = %e, "snap: failed to purge old snapshot");
             }
@@ -317,6 +331,19 @@ mod tests {
             dir.path().join("db").exists(),
             "only .snap files are purged"
         );
+    }
+
+    #[test]
+    fn max_snapshots_sets_how_many_are_kept_and_zero_keeps_all() {
+        for (keep, left) in [(2, 2), (0, 8)] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut snapper = Snapshotter::new(dir.path()).unwrap();
+            snapper.set_retention(keep);
+            for i in 1..=8u64 {
+                snapper.save(&snapshot(2, i * 100, vec![1]), None).unwrap();
+            }
+            assert_eq!(snapper.list().unwrap().len(), left, "keep {keep}");
+        }
     }
 
     #[test]

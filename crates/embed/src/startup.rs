@@ -570,6 +570,7 @@ fn start_raft(
     let options = consensus::StartOptions {
         snapshot_catch_up_entries: cfg.snapshot_catch_up_entries,
         disable_pre_vote: !cfg.pre_vote,
+        max_snapshots: Some(cfg.max_snapshots),
         wal_sync_observer: Some(metrics.wal_sync_observer()),
         observer: Some(metrics.raft_observer()),
         wal: consensus::wal::WalOptions {

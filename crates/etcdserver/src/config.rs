@@ -35,6 +35,8 @@ pub struct ServerConfig {
     /// etcd's --force-new-cluster.
     pub force_new_cluster: bool,
     pub snapshot_count: u64,
+    /// `--max-snapshots`: `.snap` files kept (0: all).
+    pub max_snapshots: usize,
     /// `--backend-batch-interval` and `--backend-batch-limit`.
     pub backend_batch: crate::apply::BackendBatch,
     pub heartbeat: Duration,
@@ -140,6 +142,7 @@ impl Default for ServerConfig {
             pre_vote: true,
             force_new_cluster: false,
             snapshot_count: 100_000,
+            max_snapshots: 5,
             backend_batch: crate::apply::BackendBatch::default(),
             heartbeat: Duration::from_millis(100),
             election_timeout: Duration::from_millis(1000),

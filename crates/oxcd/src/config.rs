@@ -104,6 +104,7 @@ pub fn config_from(flags: &Flags) -> Result<Config, String> {
         pre_vote: flags.bool("pre-vote"),
         force_new_cluster: flags.bool("force-new-cluster"),
         snapshot_count: flags.uint("snapshot-count"),
+        max_snapshots: usize::try_from(flags.uint("max-snapshots")).unwrap_or(usize::MAX),
         // etcd: 0 is the default (100ms, 10000 operations)
         backend_batch: etcdserver::apply::BackendBatch::new(
             flags.duration("backend-batch-interval"),

@@ -61,7 +61,10 @@ impl Node {
     ) -> Result<Node, ConsensusError> {
         let config = raft_config(cfg, !options.disable_pre_vote)?;
         crate::fileutil::create_private_dir_all(&cfg.member_dir)?;
-        let snapper = Snapshotter::new(&cfg.member_dir.join("snap"))?;
+        let mut snapper = Snapshotter::new(&cfg.member_dir.join("snap"))?;
+        if let Some(keep) = options.max_snapshots {
+            snapper.set_retention(keep);
+        }
         let wal_dir = cfg.member_dir.join("wal");
         let snapshot = snapper.load_newest()?;
         let (mut wal, contents) = open_wal(cfg, options, &wal_dir, snapshot.as_ref())?;

@@ -499,3 +499,25 @@ fn open_wal(
     };
     Ok((Wal::create(wal_dir, metadata, options.wal.clone())?, None))
 }
+
+#[cfg(test)]
+mod raft_config_tests {
+    use super::*;
+
+    #[test]
+    fn pre_vote_is_on_unless_the_member_turns_it_off() {
+        let cfg = RaftConfig {
+            id: 1,
+            member_dir: Default::default(),
+            voters: vec![1],
+            heartbeat: std::time::Duration::from_millis(100),
+            election_timeout: std::time::Duration::from_millis(1000),
+            applied: 0,
+            cluster_id: 1,
+            force_new_cluster: false,
+        };
+        let on = raft_config(&cfg, true).unwrap();
+        assert!(on.pre_vote && on.check_quorum);
+        assert!(!raft_config(&cfg, false).unwrap().pre_vote);
+    }
+}

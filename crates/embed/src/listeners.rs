@@ -45,16 +45,31 @@ use v3rpc::maintenance::MaintenanceService;
 use v3rpc::watch::WatchService;
 
 /// Binds a listener for `url` (resolved to `addr`); returns it with the
-/// address it got (port 0 resolved).
+/// address it got (port 0 resolved). SO_REUSEADDR is always set (as
+/// tokio's and Go's listeners do); SO_REUSEPORT with `reuse_port` (etcd's
+/// `--socket-reuse-port`).
 pub(crate) async fn bind(
     url: &str,
     addr: SocketAddr,
+    reuse_port: bool,
 ) -> Result<(TcpListener, SocketAddr), StartError> {
     let listen_error = |error| StartError::Listen {
         url: url.to_string(),
         error,
     };
-    let listener = TcpListener::bind(addr).await.map_err(listen_error)?;
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }
+    .map_err(listen_error)?;
+    socket.set_reuseaddr(true).map_err(listen_error)?;
+    if reuse_port {
+        socket.set_reuseport(true).map_err(listen_error)?;
+    }
+    socket.bind(addr).map_err(listen_error)?;
+    // tokio's TcpListener::bind backlog
+    let listener = socket.listen(1024).map_err(listen_error)?;
     let local = listener.local_addr().map_err(listen_error)?;
     Ok((listener, local))
 }
@@ -96,9 +111,13 @@ fn remove_existing(path: &Path) -> io::Result<()> {
 
 impl ClientListener {
     /// Binds a client listener for `url`, resolved to `addr`.
-    pub(crate) async fn bind(url: &str, addr: &ListenAddr) -> Result<ClientListener, StartError> {
+    pub(crate) async fn bind(
+        url: &str,
+        addr: &ListenAddr,
+        reuse_port: bool,
+    ) -> Result<ClientListener, StartError> {
         match addr {
-            ListenAddr::Tcp(addr) => Ok(ClientListener::Tcp(bind(url, *addr).await?.0)),
+            ListenAddr::Tcp(addr) => Ok(ClientListener::Tcp(bind(url, *addr, reuse_port).await?.0)),
             ListenAddr::Unix(path) => {
                 let listen_error = |error| StartError::Listen {
                     url: url.to_string(),

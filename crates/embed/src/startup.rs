@@ -240,7 +240,8 @@ async fn serve_peer_urls(
     shutdown: &watch::Receiver<bool>,
 ) -> Result<(), StartError> {
     for url in &member.server.cfg.listen_peer_urls {
-        let (listener, local) = bind(url, parse_url(url)?).await?;
+        let reuse_port = member.server.cfg.socket_reuse_port;
+        let (listener, local) = bind(url, parse_url(url)?, reuse_port).await?;
         let serve = serve_peers(
             member.server.clone(),
             transport.clone(),
@@ -284,7 +285,7 @@ async fn serve_client_urls(
             .map(|u| (u, http_only)),
     );
     for ((url, addr), serves) in listeners {
-        let listener = ClientListener::bind(url, &addr).await?;
+        let listener = ClientListener::bind(url, &addr, cfg.socket_reuse_port).await?;
         let local = listener.address();
         if let Some(addr) = listener.tcp_addr().filter(|_| serves.grpc) {
             member.client_addrs.push(addr);
@@ -305,7 +306,7 @@ async fn serve_client_urls(
         member.serving.push(tokio::spawn(serve));
     }
     for (url, addr) in cfg.listen_metrics_urls.iter().zip(metrics_addrs) {
-        let (listener, local) = bind(url, addr).await?;
+        let (listener, local) = bind(url, addr, cfg.socket_reuse_port).await?;
         let serve = serve_metrics(
             member.server.clone(),
             listener,

@@ -53,6 +53,8 @@ pub struct ServerConfig {
     /// `--enable-grpc-gateway` (default on): the JSON gateway (`/v3/...`)
     /// on the client URLs.
     pub enable_grpc_gateway: bool,
+    /// `--socket-reuse-port`: SO_REUSEPORT on the TCP listeners.
+    pub socket_reuse_port: bool,
     /// --grpc-keepalive-interval and --grpc-keepalive-timeout: how often the
     /// server pings an idle client connection, and how long it waits for
     /// the answer; None (either flag 0) disables the pings, as etcd.
@@ -151,6 +153,7 @@ impl Default for ServerConfig {
             quota_backend_bytes: 2 * 1024 * 1024 * 1024,
             max_concurrent_streams: None,
             enable_grpc_gateway: true,
+            socket_reuse_port: false,
             grpc_keepalive: Some((Duration::from_secs(2 * 60 * 60), Duration::from_secs(20))),
             snapshot_catch_up_entries: 5000,
             watch_progress_notify_interval: Duration::from_secs(10 * 60),

@@ -122,6 +122,7 @@ pub fn config_from(flags: &Flags) -> Result<Config, String> {
         },
         grpc_keepalive: keepalive,
         enable_grpc_gateway: flags.bool("enable-grpc-gateway"),
+        socket_reuse_port: flags.bool("socket-reuse-port"),
         watch_progress_notify_interval: flags
             .duration("experimental-watch-progress-notify-interval"),
         listen_metrics_urls: flags.list("listen-metrics-urls").to_vec(),

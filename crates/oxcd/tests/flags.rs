@@ -340,3 +340,51 @@ fn enable_grpc_gateway_false_takes_the_json_gateway_away() {
     assert_eq!(health.status, 200, "{health:?}");
     off.terminate(Duration::from_secs(20));
 }
+
+#[test]
+fn socket_reuse_port_lets_two_members_listen_on_one_client_port() {
+    let port = testkit::free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let start = |dir: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "--listen-client-urls",
+            url.as_str(),
+            "--advertise-client-urls",
+            url.as_str(),
+            "--listen-peer-urls",
+            "http://127.0.0.1:0",
+            "--initial-advertise-peer-urls",
+            "http://127.0.0.1:0",
+        ];
+        args.extend_from_slice(extra);
+        Process::launch_oxcd_args(&testkit::oxcd_bin(), dir, &url, &args)
+    };
+    let (a, b, c) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let mut first = start(a.path(), &["--socket-reuse-port"]);
+    assert!(
+        first
+            .wait_for_log("ready to serve client requests", Duration::from_secs(30))
+            .is_some(),
+        "{}",
+        first.log_text()
+    );
+    let mut second = start(b.path(), &["--socket-reuse-port=true"]);
+    assert!(
+        second
+            .wait_for_log("ready to serve client requests", Duration::from_secs(30))
+            .is_some(),
+        "{}",
+        second.log_text()
+    );
+    // without it, the port is taken
+    let mut third = start(c.path(), &[]);
+    let status = third.wait_exit(Duration::from_secs(30)).expect("exits");
+    assert!(!status.success());
+    assert!(third.log_text().contains("in use"), "{}", third.log_text());
+    first.terminate(Duration::from_secs(20));
+    second.terminate(Duration::from_secs(20));
+}

@@ -60,7 +60,7 @@ pub(crate) static FLAGS: &[Spec] = &[
     flag("grpc-keepalive-min-time", Duration, "5s", Some("'5s'"), Member, "Minimum duration interval that a client should wait before pinging server.", NoEffect("oxcd does not enforce a minimum client ping interval yet")),
     flag("grpc-keepalive-interval", Duration, "2h", Some("'2h'"), Member, "Frequency duration of server-to-client ping to check if a connection is alive (0 to disable).", Effective),
     flag("grpc-keepalive-timeout", Duration, "20s", Some("'20s'"), Member, "Additional duration of wait before closing a non-responsive connection (0 to disable).", Effective),
-    flag("socket-reuse-port", Bool, "false", Some("'false'"), Member, "Enable to set socket option SO_REUSEPORT on listeners allowing rebinding of a port already in use.", NoEffect("oxcd does not set SO_REUSEPORT on its listeners")),
+    flag("socket-reuse-port", Bool, "false", Some("'false'"), Member, "Enable to set socket option SO_REUSEPORT on listeners allowing rebinding of a port already in use.", Effective),
     flag("socket-reuse-address", Bool, "false", Some("'false'"), Member, "Enable to set socket option SO_REUSEADDR on listeners allowing binding to an address in TIME_WAIT state.", NoEffect("oxcd's listeners always set SO_REUSEADDR")),
     flag("raft-read-timeout", Duration, "5s", Some("'5s'"), Member, "Read timeout set on each rafthttp connection", NoEffect("oxcd's peer links are long-lived gRPC streams, not rafthttp connections")),
     flag("raft-write-timeout", Duration, "5s", Some("'5s'"), Member, "Write timeout set on each rafthttp connection", NoEffect("oxcd's peer links are long-lived gRPC streams, not rafthttp connections")),

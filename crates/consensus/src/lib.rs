@@ -376,6 +376,11 @@ pub struct PeerProgress {
     pub is_learner: bool,
     /// Heard from within the last election timeout (raft's recent_active).
     pub recent_active: bool,
+    /// The next index the leader sends it.
+    pub next: u64,
+    /// raft's replication state, as etcd's raft names it: "StateProbe",
+    /// "StateReplicate" or "StateSnapshot".
+    pub state: &'static str,
 }
 
 /// Whether this member leads, and in which term.

@@ -19,9 +19,8 @@
 //!
 //! `raft.status` is etcd's raft Status JSON from what the raft thread
 //! publishes: id, term, vote, commit, lead, raftState, applied,
-//! leadtransferee; `progress` holds this member's own entry only when it
-//! leads alone, else is empty (the raft thread publishes no follower
-//! progress).
+//! leadtransferee, and on the leader `progress` (each member's match, next
+//! and state, asked of the raft thread), empty elsewhere as etcd's.
 
 use std::sync::Arc;
 
@@ -100,16 +99,20 @@ fn memstats() -> Value {
     Value::Object(m)
 }
 
-/// etcd's raft Status JSON (raft/status.go MarshalJSON): IDs in hex.
-pub fn raft_status_json(server: &EtcdServer) -> Value {
+/// etcd's raft Status JSON (raft/status.go MarshalJSON): IDs in hex;
+/// `progress` only on the leader, asked of the raft thread.
+pub async fn raft_status_json(server: &EtcdServer) -> Value {
     let status = server.raft.status();
     let mut progress = Map::new();
-    if status.local_read_index.is_some() {
-        // a leader alone: its own progress is its log
-        progress.insert(
-            format!("{:x}", status.id),
-            json!({"match": status.commit_index, "next": status.commit_index + 1, "state": "StateReplicate"}),
-        );
+    if status.is_leader {
+        if let Ok(Some(peers)) = server.raft.progress().await {
+            for peer in peers {
+                progress.insert(
+                    format!("{:x}", peer.id),
+                    json!({"match": peer.matched, "next": peer.next, "state": peer.state}),
+                );
+            }
+        }
     }
     json!({
         "id": format!("{:x}", status.id),
@@ -126,14 +129,14 @@ pub fn raft_status_json(server: &EtcdServer) -> Value {
 
 /// The page: expvar's layout ("{\n", `"key": value` lines joined by ",\n",
 /// "\n}\n"), keys sorted.
-pub fn vars_page(server: &EtcdServer) -> String {
+pub async fn vars_page(server: &EtcdServer) -> String {
     let cmdline: Vec<String> = std::env::args().collect();
     let fd_limit = metrics::process::soft_limit(metrics::process::NOFILE).unwrap_or(0);
     let vars = [
         ("cmdline", json!(cmdline)),
         ("file_descriptor_limit", json!(fd_limit)),
         ("memstats", memstats()),
-        ("raft.status", raft_status_json(server)),
+        ("raft.status", raft_status_json(server).await),
     ];
     let lines: Vec<String> = vars
         .iter()
@@ -145,7 +148,7 @@ pub fn vars_page(server: &EtcdServer) -> String {
 pub async fn vars(server: Arc<EtcdServer>, request: http::Request<Body>) -> http::Response<Body> {
     match *request.method() {
         Method::GET => {
-            let mut response = http::Response::new(Body::from(vars_page(&server)));
+            let mut response = http::Response::new(Body::from(vars_page(&server).await));
             response.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json; charset=utf-8"),

@@ -302,6 +302,31 @@ fn leader_changes_are_counted_and_health_fails_without_leader() {
         std::thread::sleep(POLL);
     };
     let survivor = (leader + 1) % 3;
+    // /debug/vars: the leader's raft status has every member's progress, a
+    // follower's none, as etcd's
+    let vars = |i: usize| -> Value {
+        serde_json::from_str(&http::get(&cluster.endpoint(i), "/debug/vars").unwrap().body).unwrap()
+    };
+    let leading = vars(leader);
+    assert_eq!(leading["raft.status"]["raftState"], "StateLeader");
+    assert_eq!(
+        leading["raft.status"]["progress"]
+            .as_object()
+            .unwrap()
+            .len(),
+        3,
+        "{leading}"
+    );
+    let following = vars(survivor);
+    assert_eq!(following["raft.status"]["raftState"], "StateFollower");
+    assert_eq!(
+        following["raft.status"]["lead"],
+        leading["raft.status"]["id"]
+    );
+    assert!(following["raft.status"]["progress"]
+        .as_object()
+        .unwrap()
+        .is_empty());
     // Peer network metrics: the leader's two peers connected, probed, sent to.
     let text = wait_metrics(&cluster, leader, "both peers probed", |text| {
         series(text, "etcd_network_peer_round_trip_time_seconds_count{")
@@ -586,7 +611,11 @@ fn debug_vars_has_etcds_keys_and_takes_get_only() {
     assert_eq!(raft["leadtransferee"], "0");
     assert!(raft["term"].as_u64().unwrap() >= 1);
     assert!(raft["commit"].as_u64().unwrap() >= raft["applied"].as_u64().unwrap());
-    assert!(raft["progress"].get(id).is_some());
+    assert_eq!(raft["progress"][id]["state"], "StateReplicate");
+    assert!(
+        raft["progress"][id]["next"].as_u64().unwrap()
+            > raft["progress"][id]["match"].as_u64().unwrap()
+    );
     let post = http::post(&oxcd.endpoint, "/debug/vars", "").unwrap();
     assert_eq!(post.status, 405);
     // pprof is off without --enable-pprof or --log-level=debug

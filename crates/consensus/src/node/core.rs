@@ -198,6 +198,12 @@ impl Core {
                 matched: pr.matched,
                 is_learner: learners.contains(id),
                 recent_active: pr.recent_active || *id == self.id,
+                next: pr.next_idx,
+                state: match pr.state {
+                    raft::ProgressState::Probe => "StateProbe",
+                    raft::ProgressState::Replicate => "StateReplicate",
+                    raft::ProgressState::Snapshot => "StateSnapshot",
+                },
             })
             .collect();
         all.sort_by_key(|p| p.id);

@@ -101,7 +101,10 @@ fn parse_args() -> Args {
                         .unwrap_or_else(|| usage("--traffic: kv, kubernetes, leases or all"))]
                 }
             }
-            "--oxcd" => std::env::set_var("OXCD_BIN", value("--oxcd")),
+            "--oxcd" => {
+                let path = PathBuf::from(value("--oxcd"));
+                std::env::set_var("OXCD_BIN", std::fs::canonicalize(&path).unwrap_or(path))
+            }
             "--failpoints" => args.failpoints = true,
             "--broken-server" => args.broken_server = true,
             "--fault" => {

@@ -447,7 +447,14 @@ async fn crash_point(
             if on_install {
                 let spec = format!("{name}=1*panic");
                 c.spawn_with_env(lagging, &[("OXCD_FAILPOINTS", &spec)]);
-                String::new()
+                let armed = c.members[lagging]
+                    .as_ref()
+                    .and_then(|p| p.wait_for_log("failpoint armed", Duration::from_secs(10)));
+                if armed.is_some() {
+                    String::new()
+                } else {
+                    "could not arm (a server without failpoints?)".into()
+                }
             } else {
                 came_back(c.try_restart(lagging))
             }

@@ -92,10 +92,10 @@ impl Core {
     /// Rebuilds raft's state from a snapshot and the WAL, checking that they
     /// and the backend's applied index agree.
     pub(crate) fn restore(config: &Config, restore: Restore) -> Result<Core, ConsensusError> {
-        let applied = restore.applied;
         let catch_up_entries = restore.catch_up_entries;
         let read_timeout = restore.read_timeout;
         let log = Rebuilt::from(restore)?;
+        let applied = log.applied;
         let config = Config {
             applied,
             ..config.clone()
@@ -436,6 +436,9 @@ struct Rebuilt {
     entries: Vec<Entry>,
     last_index: u64,
     hard_state: HardState,
+    /// What raft starts from as applied: the backend's index, or the WAL's
+    /// last one when a leader's backend is ahead of it.
+    applied: u64,
 }
 
 impl Rebuilt {
@@ -474,11 +477,32 @@ impl Rebuilt {
         let last_index = entries.last().map_or(snap_index, |e| e.index);
         storage.wl().append(&entries)?;
 
-        let applied = restore.applied;
+        let mut applied = restore.applied;
         if applied < snap_index {
             return Err(corrupt(format!(
                 "backend applied index {applied} is below the snapshot index {snap_index}"
             )));
+        }
+        // A leader's backend can cover more than the raft snapshot it came
+        // with (the leader's copy is taken when it is sent): until the
+        // entries after the snapshot arrive, the backend is ahead of the
+        // WAL. raft starts from what the WAL has; the leader sends those
+        // entries again and apply skips what the backend already holds, as
+        // etcd's does. A snapshot received from a leader carries the path of
+        // its backend file; one the member took itself carries nothing, and
+        // then a backend ahead of the WAL means the WAL lost entries.
+        let received = restore
+            .snapshot
+            .as_ref()
+            .is_some_and(|s| s.get_metadata().index == snap_index && !s.get_data().is_empty());
+        if applied > last_index && received {
+            tracing::info!(
+                "backend-applied-index" = applied,
+                "wal-last-index" = last_index,
+                "snapshot-index" = snap_index,
+                "the leader's database snapshot is ahead of the WAL: the entries up to the backend's index come again and are skipped"
+            );
+            applied = last_index;
         }
         if applied > last_index {
             return Err(corrupt(format!(
@@ -504,6 +528,7 @@ impl Rebuilt {
             entries,
             last_index,
             hard_state,
+            applied,
         })
     }
 }

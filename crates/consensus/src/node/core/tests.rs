@@ -167,6 +167,48 @@ fn a_wal_and_backend_that_disagree_are_refused() {
     assert!(error.contains("beyond the WAL's last index 1"), "{error}");
 }
 
+/// Found by the robustness harness (kubernetes seed 1031, a crash at
+/// raftBeforeApplySnap): the leader's backend covered index 1022, the raft
+/// snapshot it came with 1019, the WAL ended at 1019 when the member
+/// crashed; the restart refused. raft starts from the WAL's end and the
+/// entries up to the backend's index come again.
+#[test]
+fn a_leaders_backend_ahead_of_the_wal_after_its_snapshot_starts_from_the_wal() {
+    let snapshot = |data: &str| {
+        let mut s = raft::eraftpb::Snapshot::default();
+        s.mut_metadata().index = 10;
+        s.mut_metadata().term = 1;
+        s.mut_metadata().mut_conf_state().voters = vec![1];
+        s.data = data.as_bytes().to_vec().into();
+        s
+    };
+    let received = Restore {
+        snapshot: Some(snapshot("/data/member/snap/000000000000000a.snap.db")),
+        applied: 13,
+        hard_state: HardState {
+            term: 1,
+            commit: 10,
+            ..Default::default()
+        },
+        ..restore(&[1])
+    };
+    let core = Core::restore(&config(1), received).expect("starts");
+    assert_eq!(core.raw.raft.raft_log.applied, 10);
+    // the member's own snapshot carries nothing: the WAL lost entries
+    let own = Restore {
+        snapshot: Some(snapshot("")),
+        applied: 13,
+        hard_state: HardState {
+            term: 1,
+            commit: 10,
+            ..Default::default()
+        },
+        ..restore(&[1])
+    };
+    let error = Core::restore(&config(1), own).err().unwrap().to_string();
+    assert!(error.contains("beyond the WAL's last index 10"), "{error}");
+}
+
 #[test]
 fn an_undecodable_committed_conf_change_stops_the_member() {
     let entries = vec![Entry {

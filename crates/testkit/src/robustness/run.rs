@@ -327,53 +327,49 @@ async fn converge(cluster: &SharedCluster, endpoints: &[String]) -> Vec<MemberSt
     let _ = restart.await;
     let timeout = Duration::from_secs(3);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let mut revisions = Vec::new();
-    loop {
-        // a linearizable write-free read through each member first, so a
-        // member that lags has applied what the leader committed
-        revisions.clear();
-        for endpoint in endpoints {
-            let revision = async {
-                let mut c = connect(endpoint, timeout).await?;
-                let any = etcd_client::GetOptions::new()
-                    .with_all_keys()
-                    .with_count_only();
-                let r = tokio::time::timeout(timeout, c.get("", Some(any)))
-                    .await
-                    .ok()?
-                    .ok()?;
-                r.header().map(|h| h.revision())
-            }
-            .await;
-            revisions.push(revision);
+    // Leases go on expiring after the traffic stopped, so the members are
+    // compared at one revision rather than at "the same moment": the
+    // newest any member has once every member answers a linearizable read,
+    // then each one's state at that revision once it got there.
+    let current = |endpoint: String, serializable: bool| async move {
+        let mut c = connect(&endpoint, timeout).await?;
+        let mut any = etcd_client::GetOptions::new()
+            .with_all_keys()
+            .with_count_only();
+        if serializable {
+            any = any.with_serializable();
         }
-        let all_same = revisions.iter().all(|r| r.is_some() && *r == revisions[0]);
-        if all_same || tokio::time::Instant::now() >= deadline {
+        let r = tokio::time::timeout(timeout, c.get("", Some(any)))
+            .await
+            .ok()?
+            .ok()?;
+        r.header().map(|h| h.revision())
+    };
+    let mut target = 0;
+    loop {
+        let mut answered = 0;
+        for endpoint in endpoints {
+            if let Some(revision) = current(endpoint.clone(), false).await {
+                answered += 1;
+                target = target.max(revision);
+            }
+        }
+        if answered == endpoints.len() || tokio::time::Instant::now() >= deadline {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let mut states = Vec::new();
     for (i, endpoint) in endpoints.iter().enumerate() {
+        // this member has applied the target revision (or the deadline)
+        while current(endpoint.clone(), true).await.unwrap_or(0) < target
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         let state = async {
             let mut c = connect(endpoint, timeout).await?;
-            let head = tokio::time::timeout(
-                timeout,
-                c.get(
-                    "",
-                    Some(
-                        etcd_client::GetOptions::new()
-                            .with_all_keys()
-                            .with_count_only()
-                            .with_serializable(),
-                    ),
-                ),
-            )
-            .await
-            .ok()?
-            .ok()?;
-            let revision = head.header()?.revision();
-            let hash = tokio::time::timeout(timeout, c.hash_kv(revision))
+            let hash = tokio::time::timeout(timeout, c.hash_kv(target))
                 .await
                 .ok()?
                 .ok()?;
@@ -384,7 +380,7 @@ async fn converge(cluster: &SharedCluster, endpoints: &[String]) -> Vec<MemberSt
                     Some(
                         etcd_client::GetOptions::new()
                             .with_all_keys()
-                            .with_revision(revision)
+                            .with_revision(target)
                             .with_serializable(),
                     ),
                 ),
@@ -394,7 +390,7 @@ async fn converge(cluster: &SharedCluster, endpoints: &[String]) -> Vec<MemberSt
             .ok()?;
             Some(MemberState {
                 member: i as u32,
-                revision,
+                revision: target,
                 compact_revision: hash.compact_version(),
                 hash: hash.hash(),
                 kvs: kvs_of(all.kvs()),

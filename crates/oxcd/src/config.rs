@@ -31,6 +31,11 @@ pub struct Config {
 
 /// The configuration `flags` ask for, or etcd's error for them.
 pub fn config_from(flags: &Flags) -> Result<Config, String> {
+    if let (Some(path), false) = (flags.config_file(), flags.loaded_from_file()) {
+        return Err(format!(
+            "the config file {path:?} must be read first (oxcd::config_file::load)"
+        ));
+    }
     let mut notes = Vec::new();
     for spec in flags::specs() {
         if !flags.is_set(spec.name) {
@@ -61,8 +66,9 @@ pub fn config_from(flags: &Flags) -> Result<Config, String> {
     let name = flags.str("name").to_string();
     let advertise_peer = flags.list("initial-advertise-peer-urls").to_vec();
     let initial_cluster = flags.str("initial-cluster").to_string();
-    // etcd's default initial cluster names the member by --name
-    let initial_cluster = if flags.is_set("initial-cluster") {
+    // etcd's default initial cluster names the member by --name; a config
+    // file keeps embed.NewConfig's, named "default"
+    let initial_cluster = if flags.is_set("initial-cluster") || flags.loaded_from_file() {
         initial_cluster
     } else {
         advertise_peer
@@ -199,7 +205,15 @@ fn validate(flags: &Flags, notes: &mut Vec<Note>) -> Result<(), String> {
             ));
         }
     }
-    let initial_cluster_explicit = flags.is_set("initial-cluster");
+    match flags.str("initial-cluster-state") {
+        "new" | "existing" => {}
+        other => return Err(format!("unexpected clusterState {other:?}")),
+    }
+    let initial_cluster_explicit = if flags.loaded_from_file() {
+        !flags.str("initial-cluster").is_empty()
+    } else {
+        flags.is_set("initial-cluster")
+    };
     let bootstrap_ways = [
         !flags.str("discovery").is_empty(),
         initial_cluster_explicit,
@@ -231,8 +245,12 @@ fn validate(flags: &Flags, notes: &mut Vec<Note>) -> Result<(), String> {
         ));
     }
     // etcdmain drops the default advertised client URL when the listening
-    // ones are given, and embed refuses to run without one
-    if flags.is_set("listen-client-urls") && !flags.is_set("advertise-client-urls") {
+    // ones are given, and embed refuses to run without one (a config file
+    // keeps the default one)
+    if !flags.loaded_from_file()
+        && flags.is_set("listen-client-urls")
+        && !flags.is_set("advertise-client-urls")
+    {
         notes.push(Note {
             level: Level::Warn,
             msg: "advertise client URLs are not set",
@@ -286,8 +304,9 @@ fn validate(flags: &Flags, notes: &mut Vec<Note>) -> Result<(), String> {
             flags.str("metrics")
         ));
     }
+    // etcdmain's configFromCmdLine only: a config file has no such keys
     for name in ["raft-read-timeout", "raft-write-timeout"] {
-        if flags.duration(name) < MIN_RAFT_CONN_TIMEOUT {
+        if !flags.loaded_from_file() && flags.duration(name) < MIN_RAFT_CONN_TIMEOUT {
             notes.push(Note {
                 level: Level::Info,
                 msg: if name == "raft-read-timeout" {
@@ -407,6 +426,7 @@ fn client_tls(flags: &Flags) -> tls::TlsInfo {
     tls::TlsInfo {
         client_cert_file: path(flags.str("client-cert-file")),
         client_key_file: path(flags.str("client-key-file")),
+        allowed_cns: flags.client_allowed_cns.clone(),
         allowed_hostnames: flags.list("client-cert-allowed-hostname").to_vec(),
         ..tls_info(
             flags,

@@ -97,6 +97,7 @@ fn log_note(note: &Note) {
         (Level::Warn, [(a, x), (b, y)]) if *a == "key" && *b == "value" => {
             tracing::warn!(key = %x, value = %y, "{}", note.msg)
         }
+        (Level::Info, [(a, x)]) if *a == "path" => tracing::info!(path = %x, "{}", note.msg),
         (Level::Warn, [(a, x)]) if *a == "flag-name" => {
             tracing::warn!("flag-name" = %x, "{}", note.msg)
         }
@@ -106,6 +107,26 @@ fn log_note(note: &Note) {
         (Level::Warn, _) => tracing::warn!(fields = %fields, "{}", note.msg),
         (Level::Fatal, _) => tracing::error!(fields = %fields, "{}", note.msg),
     }
+}
+
+/// The config file's text; an error in Go's words (`open F: no such file
+/// or directory`).
+fn read_config_file(path: &str) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| {
+        let text = e.to_string();
+        let text = text.split(" (os error").next().unwrap_or(&text);
+        let mut chars = text.chars();
+        let text = match chars.next() {
+            Some(first) => first.to_lowercase().chain(chars).collect::<String>(),
+            None => text.to_string(),
+        };
+        let op = if e.kind() == std::io::ErrorKind::IsADirectory {
+            "read"
+        } else {
+            "open"
+        };
+        format!("{op} {path}: {text}")
+    })
 }
 
 /// etcd's "failed to verify flags": logged, exit status 1.
@@ -141,6 +162,19 @@ fn main() -> ExitCode {
             let _ = embed::logutil::init("info");
             return refuse(&e.message);
         }
+    };
+    // etcd: a config file replaces every other flag and variable
+    let flags = match flags.config_file() {
+        None => flags,
+        Some(path) => match read_config_file(path)
+            .and_then(|text| oxcd::config_file::load(&flags, path, &text))
+        {
+            Ok(from_file) => Box::new(from_file),
+            Err(e) => {
+                let _ = embed::logutil::init("info");
+                return refuse(&e);
+            }
+        },
     };
     if let Err(e) = embed::logutil::init(flags.str("log-level")) {
         eprintln!("oxcd: {e}");

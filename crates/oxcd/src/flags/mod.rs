@@ -16,6 +16,21 @@ pub use help::{help_text, USAGE};
 pub(crate) use values::split_host_port;
 pub use values::Value;
 
+/// Go's `strconv.ParseInt(text, 0, 64)`.
+pub(crate) fn go_parse_int(text: &str) -> Result<i64, ()> {
+    values::parse_int(text).map_err(|_| ())
+}
+
+/// Go's `strconv.ParseUint(text, 0, 64)`.
+pub(crate) fn go_parse_uint(text: &str) -> Result<u64, ()> {
+    values::parse_uint(text, 64).map_err(|_| ())
+}
+
+/// `spec`'s value for `text`, as the flag would take it.
+pub(crate) fn set_text(spec: &Spec, text: &str) -> Result<Value, String> {
+    values::set(spec, text)
+}
+
 /// How a flag's value is read (etcd's `flag.Value` types).
 #[derive(Debug, Clone, Copy)]
 pub enum Kind {
@@ -113,6 +128,8 @@ pub enum Source {
     Default,
     CommandLine,
     Environment,
+    /// A key of the `--config-file` file.
+    ConfigFile,
 }
 
 /// A line etcd would log while reading its flags.
@@ -138,6 +155,14 @@ pub struct Flags {
     /// The lines etcd logs while reading flags and variables, in order; a
     /// [`Level::Fatal`] one is the last.
     pub notes: Vec<Note>,
+    /// `--config-file` or `ETCD_CONFIG_FILE`: the file to read instead of
+    /// the other flags and variables (see [`crate::config_file`]).
+    config_file: Option<String>,
+    /// These values were read from that file.
+    loaded_from_file: bool,
+    /// The config file's `client-transport-security.allowed-cn`, which no
+    /// flag sets.
+    pub(crate) client_allowed_cns: Vec<String>,
 }
 
 /// What the command line asks for.
@@ -167,6 +192,37 @@ impl ParseError {
 }
 
 impl Flags {
+    /// Every flag at its default, as etcd's `embed.NewConfig`, to be set
+    /// from a config file.
+    pub(crate) fn for_file(config_file: &str, notes: Vec<Note>) -> Flags {
+        Flags {
+            values: table::FLAGS
+                .iter()
+                .map(|s| (set_default(s), Source::Default))
+                .collect(),
+            notes,
+            config_file: Some(config_file.to_string()),
+            loaded_from_file: true,
+            client_allowed_cns: Vec::new(),
+        }
+    }
+
+    /// Sets `name` from the config file.
+    pub(crate) fn set_from_file(&mut self, name: &str, value: Value) {
+        self.values[Flags::index(name)] = (value, Source::ConfigFile);
+    }
+
+    /// The config file to read, when one is named: then every other flag
+    /// and variable is ignored, as etcd does.
+    pub fn config_file(&self) -> Option<&str> {
+        self.config_file.as_deref()
+    }
+
+    /// The values came from a config file.
+    pub fn loaded_from_file(&self) -> bool {
+        self.loaded_from_file
+    }
+
     fn index(name: &str) -> usize {
         table::FLAGS
             .iter()
@@ -309,11 +365,32 @@ pub fn parse(args: &[String], env: &[(String, String)]) -> Result<Parsed, ParseE
             usage: false,
         });
     }
-    let flags = Flags { values, notes };
+    let flags = Flags {
+        values,
+        notes,
+        config_file: None,
+        loaded_from_file: false,
+        client_allowed_cns: Vec::new(),
+    };
     if flags.bool("version") {
         return Ok(Parsed::Version);
     }
     let mut flags = flags;
+    // etcdmain reads ETCD_CONFIG_FILE on its own, before any other
+    // variable: with a config file, the variables are not read at all
+    let config_file = match flags.str("config-file") {
+        "" => env
+            .iter()
+            .rev()
+            .find(|(key, _)| *key == env_name("config-file"))
+            .map(|(_, value)| value.clone())
+            .filter(|value| !value.is_empty()),
+        path => Some(path.to_string()),
+    };
+    if config_file.is_some() {
+        flags.config_file = config_file;
+        return Ok(Parsed::Run(Box::new(flags)));
+    }
     apply_env(&mut flags, env)?;
     Ok(Parsed::Run(Box::new(flags)))
 }

@@ -158,7 +158,7 @@ pub(crate) static FLAGS: &[Spec] = &[
     flag("force-new-cluster", Bool, "false", Some("'false'"), Unsafe, "Force to create a new one-member cluster.", Effective),
     flag("unsafe-no-fsync", Bool, "false", Some("'false'"), Unsafe, "Disables fsync, unsafe, will cause data loss.", Effective),
     // not in the flag groups of etcd's help
-    flag("config-file", Str, "", None, Hidden, "Path to the server configuration file.", Refused("oxcd does not read configuration files yet; give the settings as flags or ETCD_* variables")),
+    flag("config-file", Str, "", None, Hidden, "Path to the server configuration file.", Effective),
     flag("version", Bool, "false", None, Hidden, "Print the version and exit.", Effective),
     // etcdmain's `ignored`: flags of old releases, warned about and ignored
     flag("cluster-active-size", Ignored, "", None, Hidden, "", Effective),

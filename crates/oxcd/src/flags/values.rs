@@ -101,7 +101,7 @@ fn parse_bool(text: &str) -> Result<bool, String> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum NumError {
+pub(crate) enum NumError {
     Syntax,
     Range,
 }
@@ -117,7 +117,7 @@ impl NumError {
 
 /// Go's `strconv.ParseUint(text, 0, bits)`: `0x`, `0o`, `0b` and a leading
 /// `0` (octal) choose the base; `_` may separate digits after a prefix.
-fn parse_uint(text: &str, bits: u32) -> Result<u64, NumError> {
+pub(crate) fn parse_uint(text: &str, bits: u32) -> Result<u64, NumError> {
     let (digits, base, prefixed) = match text.as_bytes() {
         [b'0', b'x' | b'X', ..] => (&text[2..], 16, true),
         [b'0', b'o' | b'O', ..] => (&text[2..], 8, true),
@@ -149,7 +149,7 @@ fn parse_uint(text: &str, bits: u32) -> Result<u64, NumError> {
 }
 
 /// Go's `strconv.ParseInt(text, 0, 64)`.
-fn parse_int(text: &str) -> Result<i64, NumError> {
+pub(crate) fn parse_int(text: &str) -> Result<i64, NumError> {
     let (negative, magnitude) = match text.as_bytes().first() {
         Some(b'-') => (true, &text[1..]),
         Some(b'+') => (false, &text[1..]),

@@ -365,6 +365,14 @@ pub fn load(command_line: &Flags, path: &str, text: &str) -> Result<Flags, Strin
     for (key, value) in &object {
         if let Some(&(field, ty)) = lookup(PROXY_KEYS, key, |k| k.0) {
             let path = format!("configProxy.{field}");
+            // configProxy's fields are its own (not an embedded struct's):
+            // sigs.k8s.io/yaml turns a scalar meant for a string field into
+            // a string (`proxy: off` is "false", which the flag refuses)
+            let value = &match (ty, value) {
+                (Str, Json::Bool(b)) => Json::Str(b.to_string()),
+                (Str, Json::Number(n)) => Json::Str(n.clone()),
+                (_, other) => other.clone(),
+            };
             if let Some(v) = decode(value, ty, &path)? {
                 if ty == Str {
                     let text = match &v {

@@ -128,6 +128,9 @@ fn wrong_types_are_refused_with_gos_errors() {
             "{text}"
         );
     }
+    // as etcd 3.5.16: the unquoted off is the string "false" there
+    let err = from_file(&["--config-file=f"], &[], "proxy: off\n").unwrap_err();
+    assert_eq!(err, "unexpected error setting up proxyFlag: invalid value");
     let err = from_file(&["--config-file=f"], &[], "initial-cluster-state: bogus\n").unwrap();
     assert_eq!(
         crate::config_from(&err).unwrap_err(),

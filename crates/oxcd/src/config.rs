@@ -133,7 +133,8 @@ pub fn config_from(flags: &Flags) -> Result<Config, String> {
             .duration("experimental-watch-progress-notify-interval"),
         listen_metrics_urls: flags.list("listen-metrics-urls").to_vec(),
         metrics_extensive: flags.str("metrics") == "extensive",
-        enable_pprof: flags.bool("enable-pprof"),
+        // as etcd: --enable-pprof, or a debug log level
+        enable_pprof: flags.bool("enable-pprof") || flags.str("log-level") == "debug",
         lease_checkpoint_interval: lease_checkpoint
             .then(|| flags.duration("experimental-lease-checkpoint-interval"))
             .filter(|interval| !interval.is_zero()),

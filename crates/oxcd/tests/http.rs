@@ -694,3 +694,16 @@ fn pprof_serves_a_cpu_profile_and_a_heap_summary_with_enable_pprof() {
         405
     );
 }
+
+/// etcd serves /debug/pprof at a debug log level too (embed/etcd.go).
+#[test]
+fn pprof_is_served_at_a_debug_log_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let oxcd = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &["--log-level", "debug"]);
+    assert_eq!(
+        http::get(&oxcd.endpoint, "/debug/pprof/heap")
+            .unwrap()
+            .status,
+        200
+    );
+}

@@ -112,7 +112,7 @@ pub(crate) static FLAGS: &[Spec] = &[
     flag("bcrypt-cost", Uint, "10", Some("10"), Auth, "Specify the cost / strength of the bcrypt algorithm for hashing auth passwords. Valid values are between 4 and 31.", Effective),
     flag("auth-token-ttl", Uint, "300", Some("300"), Auth, "Time (in seconds) of the auth-token-ttl.", Effective),
     // Profiling and Monitoring
-    flag("enable-pprof", Bool, "false", Some("'false'"), Profiling, "Enable runtime profiling data via HTTP server. Address is at client URL + \"/debug/pprof/\"", NoEffect("oxcd does not serve /debug/pprof yet")),
+    flag("enable-pprof", Bool, "false", Some("'false'"), Profiling, "Enable runtime profiling data via HTTP server. Address is at client URL + \"/debug/pprof/\"", Effective),
     flag("metrics", Str, "basic", Some("'basic'"), Profiling, "Set level of detail for exported metrics, specify 'extensive' to include server side grpc histogram metrics.", Effective),
     flag("listen-metrics-urls", Urls(&[""]), "", Some("''"), Profiling, "List of URLs to listen on for the /metrics and /health endpoints. For https, the client URL TLS info is used.", Effective),
     // Logging

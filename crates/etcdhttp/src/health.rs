@@ -48,7 +48,7 @@ impl Health {
 }
 
 /// The alarms raised in the cluster, by etcd's names ("NOSPACE", "CORRUPT").
-fn active_alarms(server: &EtcdServer) -> Vec<&'static str> {
+pub(crate) fn active_alarms(server: &EtcdServer) -> Vec<&'static str> {
     server
         .alarms
         .get(AlarmType::None as i32)
@@ -92,7 +92,7 @@ pub(crate) async fn check(
 
 /// A one-key, keys-only range, linearizable unless `serializable`: proves
 /// that raft serves reads (etcd's ReqTimeout bounds it).
-async fn read(server: &EtcdServer, serializable: bool) -> Result<(), String> {
+pub(crate) async fn read(server: &EtcdServer, serializable: bool) -> Result<(), String> {
     if !serializable {
         server
             .linearizable_read_notify()
@@ -113,7 +113,7 @@ async fn read(server: &EtcdServer, serializable: bool) -> Result<(), String> {
         .map_err(|e| etcdserver::errors::from_mvcc(&e).message.to_string())
 }
 
-fn query_values(uri: &http::Uri, name: &str) -> Vec<String> {
+pub(crate) fn query_values(uri: &http::Uri, name: &str) -> Vec<String> {
     let Some(query) = uri.query() else {
         return Vec::new();
     };

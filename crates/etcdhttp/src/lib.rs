@@ -1,12 +1,12 @@
 //! Plain HTTP on the client port next to gRPC, as etcd serves it: /metrics,
-//! /health, /version and the JSON gateway (/v3/...). One axum router holds
+//! /health, /livez, /readyz ([`probes`]), /version and the JSON gateway (/v3/...). One axum router holds
 //! both: gRPC methods live under `/<package>.<Service>/<Method>` paths,
 //! which no HTTP route shares, so routing by path sends every gRPC call to
 //! tonic without a look at its headers; for a path no route takes, the
 //! content-type decides between gRPC's Unimplemented and HTTP's 404.
 //! /debug/vars ([`debug`]) and, with `--enable-pprof`, /debug/pprof
 //! ([`pprof`]). `--listen-metrics-urls` serves /metrics and
-//! /health only. A build with
+//! the health paths only. A build with
 //! the `failpoints` feature also serves /debug/failpoints ([`failpoints`]).
 //!
 //! Every answer carries the CORS headers etcd's access controller adds
@@ -18,6 +18,7 @@ pub mod failpoints;
 pub mod gateway;
 pub mod health;
 pub mod pprof;
+mod probes;
 
 use std::sync::Arc;
 
@@ -137,10 +138,21 @@ async fn fallback(request: http::Request<Body>) -> http::Response<Body> {
     plain_error(StatusCode::NOT_FOUND, "404 page not found")
 }
 
-/// /metrics and /health: what `--listen-metrics-urls` serves.
+/// /metrics, /health, /livez and /readyz: what `--listen-metrics-urls`
+/// serves.
 pub fn metrics_router(server: Arc<EtcdServer>) -> axum::Router {
     let for_metrics = server.clone();
-    axum::Router::new()
+    let mut router = axum::Router::new();
+    for (path, probe, only) in probes::paths() {
+        let server = server.clone();
+        router = router.route(
+            &path,
+            axum::routing::any(move |request: http::Request<Body>| {
+                probes::serve(server.clone(), probe, only, request)
+            }),
+        );
+    }
+    router
         .route(
             "/metrics",
             axum::routing::any(move |request: http::Request<Body>| {

@@ -394,6 +394,21 @@ fn leader_changes_are_counted_and_health_fails_without_leader() {
         unhealthy.header("content-type"),
         Some("text/plain; charset=utf-8")
     );
+    // /readyz needs a read through raft, /livez a local one (etcd 3.5.16)
+    let readyz = http::get(&cluster.endpoint(survivor), "/readyz").unwrap();
+    assert_eq!(readyz.status, 503, "{}", readyz.body);
+    assert!(
+        readyz.body.contains("[-]linearizable_read failed: ")
+            && readyz.body.contains("[+]serializable_read ok\n"),
+        "{}",
+        readyz.body
+    );
+    assert_eq!(
+        http::get(&cluster.endpoint(survivor), "/livez")
+            .unwrap()
+            .status,
+        200
+    );
     let text = metrics(&cluster.endpoint(survivor));
     assert_eq!(sample(&text, "etcd_server_has_leader"), Some(0.0));
     assert!(sample(&text, "etcd_server_health_failures").unwrap() >= 1.0);

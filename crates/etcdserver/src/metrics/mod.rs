@@ -39,6 +39,11 @@ pub struct Metrics {
     pub proposals_failed: IntCounter,
     pub health_success: IntCounter,
     pub health_failures: IntCounter,
+    /// etcd_server_healthcheck{type,name}: 1 if the last /livez or
+    /// /readyz check of that name passed, else 0.
+    pub healthcheck: IntGaugeVec,
+    /// etcd_server_healthchecks_total{type,name,status}.
+    pub healthchecks: prometheus::IntCounterVec,
     /// etcd_debugging_auth_revision (set by the auth store).
     pub auth_revision: IntGauge,
     /// etcd_server_learner_promote_successes (etcd's name has no `_total`).
@@ -224,6 +229,32 @@ impl Metrics {
                 "etcd_server_health_failures",
                 "The total number of failed health checks",
             ),
+            healthcheck: {
+                let vec = IntGaugeVec::new(
+                    Opts::new(
+                        "etcd_server_healthcheck",
+                        "The result of each kind of healthcheck.",
+                    ),
+                    &["type", "name"],
+                )
+                .expect("valid metric");
+                r.register(Box::new(vec.clone()))
+                    .expect("metric registered once");
+                vec
+            },
+            healthchecks: {
+                let vec = prometheus::IntCounterVec::new(
+                    Opts::new(
+                        "etcd_server_healthchecks_total",
+                        "The total number of each kind of healthcheck.",
+                    ),
+                    &["type", "name", "status"],
+                )
+                .expect("valid metric");
+                r.register(Box::new(vec.clone()))
+                    .expect("metric registered once");
+                vec
+            },
             auth_revision: gauge(
                 r,
                 "etcd_debugging_auth_revision",

@@ -54,20 +54,32 @@ impl TlsInfo {
             cns: self.allowed_cns.clone(),
             hostnames: self.allowed_hostnames.clone(),
         };
-        let builder = if allowed.cns.is_empty() && allowed.hostnames.is_empty() {
-            builder.with_root_certificates(roots)
-        } else {
-            // etcd's VerifyPeerCertificate checks the servers it dials too
-            let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(
-                roots,
-                provider.clone(),
-            )
-            .build()
-            .map_err(|e| file_error(&ca, e))?;
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AllowedServer { inner, allowed }))
+        let server_name = match &self.server_name {
+            Some(name) => Some(
+                ServerName::try_from(name.clone())
+                    .map_err(|e| TlsError::Config(format!("invalid server name {name:?}: {e}")))?,
+            ),
+            None => None,
         };
+        let builder =
+            if allowed.cns.is_empty() && allowed.hostnames.is_empty() && server_name.is_none() {
+                builder.with_root_certificates(roots)
+            } else {
+                // etcd's VerifyPeerCertificate checks the servers it dials too
+                let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                    roots,
+                    provider.clone(),
+                )
+                .build()
+                .map_err(|e| file_error(&ca, e))?;
+                builder
+                    .dangerous()
+                    .with_custom_certificate_verifier(Arc::new(AllowedServer {
+                        inner,
+                        allowed,
+                        server_name,
+                    }))
+            };
         let mut config = match (cert, key) {
             (Some(cert), Some(key)) => builder.with_client_cert_resolver(Arc::new(
                 ReloadingCert::load(cert, key, provider.clone())?,
@@ -128,12 +140,14 @@ impl tower_service::Service<http::Uri> for TlsDialer {
     }
 }
 
-/// The WebPKI verification of a server's certificate, then etcd's allowed
+/// The WebPKI verification of a server's certificate (for the configured
+/// server name if there is one, else the dialed host), then etcd's allowed
 /// Common Names or hostnames.
 #[derive(Debug)]
 struct AllowedServer {
     inner: Arc<rustls::client::WebPkiServerVerifier>,
     allowed: Allowed,
+    server_name: Option<ServerName<'static>>,
 }
 
 impl rustls::client::danger::ServerCertVerifier for AllowedServer {
@@ -145,6 +159,7 @@ impl rustls::client::danger::ServerCertVerifier for AllowedServer {
         ocsp: &[u8],
         now: rustls::pki_types::UnixTime,
     ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        let server_name = self.server_name.as_ref().unwrap_or(server_name);
         let verified =
             self.inner
                 .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)?;

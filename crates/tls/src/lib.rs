@@ -101,6 +101,11 @@ pub struct TlsInfo {
     /// `--tls-min-version` (default TLS1.2) and `--tls-max-version`.
     pub min_version: Option<String>,
     pub max_version: Option<String>,
+    /// etcd's `TLSInfo.ServerName`: the name a dialed server's certificate
+    /// must be valid for, whatever host was dialed (etcd sets the
+    /// `--discovery-srv` domain for `https` peers when no peer CA is
+    /// given); None: the dialed host.
+    pub server_name: Option<String>,
 }
 
 impl TlsInfo {

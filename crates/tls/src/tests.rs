@@ -462,3 +462,46 @@ async fn a_member_dials_only_servers_with_an_allowed_common_name() {
         "{refused:?}"
     );
 }
+
+#[tokio::test]
+async fn a_server_name_is_what_a_dialed_server_is_verified_for() {
+    let mut pki = pki();
+    let for_domain = pki
+        .ca
+        .issue("domain", "domain", &["oxcd.test"], Usage::Server);
+    let server_for = |cert: &CertFiles| {
+        TlsInfo {
+            cert_file: Some(cert.cert.clone()),
+            key_file: Some(cert.key.clone()),
+            ..Default::default()
+        }
+        .server_config()
+        .unwrap()
+    };
+    let dialer = TlsInfo {
+        trusted_ca_file: Some(pki.ca.ca_file()),
+        server_name: Some("oxcd.test".into()),
+        ..Default::default()
+    };
+    // "localhost" is dialed; the certificate must be valid for the domain
+    let client = dialer.client_config().unwrap();
+    assert!(handshake(server_for(&for_domain), client.clone())
+        .await
+        .is_ok());
+    assert!(handshake(server_for(&pki.server), client).await.is_err());
+    let without = TlsInfo {
+        server_name: None,
+        ..dialer.clone()
+    }
+    .client_config()
+    .unwrap();
+    assert!(handshake(server_for(&pki.server), without.clone())
+        .await
+        .is_ok());
+    assert!(handshake(server_for(&for_domain), without).await.is_err());
+    let bad = TlsInfo {
+        server_name: Some("not a name".into()),
+        ..dialer
+    };
+    assert!(bad.client_config().is_err());
+}

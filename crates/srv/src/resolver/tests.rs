@@ -1,3 +1,4 @@
+use super::conf::default_servers;
 use super::*;
 use crate::zone::{Server, Zone};
 

@@ -723,6 +723,7 @@ fn a_member_starts_or_refuses_on_a_damaged_data_dir() {
         let config = crate::RaftConfig {
             id: MEMBER,
             member_dir: member_dir.clone(),
+            wal_dir: member_dir.join("wal"),
             voters: vec![MEMBER],
             heartbeat: Duration::from_millis(100),
             election_timeout: Duration::from_millis(1000),
@@ -773,6 +774,7 @@ fn force_new_cluster_with_an_applied_index_beyond_the_log_is_refused_not_a_raft_
         let config = crate::RaftConfig {
             id: MEMBER,
             member_dir: member_dir.clone(),
+            wal_dir: member_dir.join("wal"),
             voters: vec![MEMBER],
             heartbeat: Duration::from_millis(100),
             election_timeout: Duration::from_millis(1000),

@@ -9,16 +9,18 @@ use crate::snap::Snapshotter;
 use crate::wal::{Metadata, SnapshotMarker, Wal, WalOptions};
 use crate::ConsensusError;
 
-/// Writes into `member_dir` (which must hold no WAL) a snapshot file for
-/// `base` (its metadata: index, term, conf state; the data is the
-/// backend's, kept beside it) and a new WAL holding `metadata`, a marker
-/// for `base`, `entries` and `hard_state`; durable on return.
+/// Writes into `member_dir` a snapshot file for `base` (its metadata:
+/// index, term, conf state; the data is the backend's, kept beside it) and
+/// into `wal_dir` (`<member_dir>/wal`, or the member's `--wal-dir`; it
+/// must hold no WAL) a new WAL holding `metadata`, a marker for `base`,
+/// `entries` and `hard_state`; durable on return.
 ///
 /// `entries` must follow `base` without a gap. On start, raft restores
 /// `base`, takes `entries` as its log, and the entries above the
 /// backend's consistent index are applied, as after any restart.
 pub fn import_log(
     member_dir: &Path,
+    wal_dir: &Path,
     metadata: Metadata,
     base: &Snapshot,
     entries: &[Entry],
@@ -42,8 +44,7 @@ pub fn import_log(
             hard_state.commit
         )));
     }
-    let wal_dir = member_dir.join("wal");
-    if Wal::exists(&wal_dir) {
+    if Wal::exists(wal_dir) {
         return Err(ConsensusError::Config(format!(
             "{} already holds a WAL",
             wal_dir.display()
@@ -52,7 +53,7 @@ pub fn import_log(
     if base_index > 0 {
         Snapshotter::new(&member_dir.join("snap"))?.save(base, None)?;
     }
-    let mut wal = Wal::create(&wal_dir, metadata, WalOptions::default())?;
+    let mut wal = Wal::create(wal_dir, metadata, WalOptions::default())?;
     if base_index > 0 {
         wal.save_snapshot(SnapshotMarker {
             term: base.get_metadata().term,

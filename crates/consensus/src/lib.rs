@@ -62,8 +62,10 @@
 //!
 //! ## On disk (`<member_dir>`)
 //!
-//! `wal/%016x-%016x.wal` (see [`wal`] for the record layout) and
-//! `snap/%016x-%016x.snap` (see [`snap`]). `snap/db` belongs to the backend.
+//! `wal/%016x-%016x.wal` (see [`wal`] for the record layout; with etcd's
+//! `--wal-dir` the segments are in that directory instead,
+//! [`RaftConfig::wal_dir`]) and `snap/%016x-%016x.snap` (see [`snap`]).
+//! `snap/db` belongs to the backend.
 
 mod fatal;
 pub mod fileutil;
@@ -132,8 +134,11 @@ pub const RAFT_THREAD_STACK_BYTES: usize = 16 << 20;
 pub struct RaftConfig {
     /// This member's raft id.
     pub id: u64,
-    /// `<data-dir>/member`; `wal/` and `snap/` are created under it.
+    /// `<data-dir>/member`; `snap/` is created under it.
     pub member_dir: PathBuf,
+    /// Where the WAL segments live: `<member_dir>/wal`, or etcd's
+    /// `--wal-dir`.
+    pub wal_dir: PathBuf,
     /// Voters of the bootstrap configuration; used only when the WAL is new.
     pub voters: Vec<u64>,
     pub heartbeat: Duration,

@@ -17,7 +17,9 @@
 //! Files are written as `.snap.tmp`, synced, renamed and the directory synced,
 //! so a `.snap` file is either complete or absent. A file that still fails to
 //! decode is renamed to `.snap.broken` (as etcd does) and the next newest is
-//! used. The newest [`KEEP_SNAPSHOTS`] files are kept; older ones are deleted.
+//! used. The newest [`KEEP_SNAPSHOTS`] files are kept (etcd's `--max-snapshots`;
+//! 0 keeps all); older ones are deleted, as are received backends
+//! (`<index>.snap.db`) beyond as many, or older than a saved snapshot.
 
 use std::fs;
 use std::io::{self, Write};
@@ -248,17 +250,81 @@ impl Snapshotter {
         if let Some(observer) = observer {
             observer.0.snap_saved(marshalling, fsync, started.elapsed());
         }
-        let keep = if self.keep == 0 {
-            usize::MAX
-        } else {
-            self.keep
-        };
-        for (_, _, old) in self.list()?.into_iter().skip(keep) {
-            if let Err(e) = fs::remove_file(&old) {
-                tracing::warn!(file = %old.display(), error = %e, "snap: failed to purge old snapshot");
+        self.release_snap_dbs(meta.index);
+        self.purge();
+        Ok(path)
+    }
+
+    /// etcd's `ReleaseSnapDBs`, run when a snapshot at `index` is saved:
+    /// a backend received for an older snapshot (`<index>.snap.db`) will
+    /// never be installed.
+    fn release_snap_dbs(&self, index: u64) {
+        for (db_index, path) in self.received_dbs() {
+            if db_index < index {
+                tracing::info!(path = %path.display(), "found orphaned .snap.db file; deleting");
+                if let Err(e) = fs::remove_file(&path) {
+                    if e.kind() != io::ErrorKind::NotFound {
+                        tracing::error!(path = %path.display(), error = %e,
+                            "failed to remove orphaned .snap.db file");
+                    }
+                }
             }
         }
-        Ok(path)
+    }
+
+    /// Received backends (`<index %016x>.snap.db`) as (index, path),
+    /// oldest first.
+    fn received_dbs(&self) -> Vec<(u64, PathBuf)> {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut dbs: Vec<(u64, PathBuf)> = entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name();
+                let hex = name.to_str()?.strip_suffix(".snap.db")?;
+                Some((u64::from_str_radix(hex, 16).ok()?, e.path()))
+            })
+            .collect();
+        dbs.sort();
+        dbs
+    }
+
+    /// etcd's start lines for its purges of this directory (only with a
+    /// limit, as etcd starts them only then).
+    pub(crate) fn log_purge_start(&self) {
+        if self.keep == 0 {
+            return;
+        }
+        for suffix in ["snap.db", "snap"] {
+            tracing::info!(dir = %self.dir.display(), suffix, max = self.keep, "started to purge file");
+        }
+    }
+
+    /// etcd's purges of the snap dir with `--max-snapshots`: the oldest
+    /// `.snap` files, and the oldest received `.snap.db` files, go while
+    /// there are more than `keep` of them (0: none goes). A file that
+    /// cannot be removed is left, with a warning.
+    pub(crate) fn purge(&self) {
+        if self.keep == 0 {
+            return;
+        }
+        let remove = |path: &Path| match fs::remove_file(path) {
+            Ok(()) => tracing::info!(path = %path.display(), "purged"),
+            Err(e) => tracing::warn!(path = %path.display(), error = %e, "failed to remove file"),
+        };
+        let dbs = self.received_dbs();
+        for (_, path) in dbs.iter().take(dbs.len().saturating_sub(self.keep)) {
+            remove(path);
+        }
+        match self.list() {
+            Ok(snaps) => {
+                for (_, _, path) in snaps.iter().skip(self.keep) {
+                    remove(path);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "failed to list the snapshot files to purge"),
+        }
     }
 
     /// The newest snapshot file that decodes; broken files are set aside.
@@ -344,6 +410,32 @@ mod tests {
             }
             assert_eq!(snapper.list().unwrap().len(), left, "keep {keep}");
         }
+    }
+
+    #[test]
+    fn received_backends_older_than_a_saved_snapshot_or_beyond_max_snapshots_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut snapper = Snapshotter::new(dir.path()).unwrap();
+        let db = |index: u64| dir.path().join(format!("{index:016x}.snap.db"));
+        for index in [100, 200, 300] {
+            fs::write(db(index), b"backend").unwrap();
+        }
+        // etcd's ReleaseSnapDBs: below the saved snapshot, never installed
+        snapper.save(&snapshot(2, 200, vec![1]), None).unwrap();
+        assert!(!db(100).exists());
+        assert!(db(200).exists() && db(300).exists());
+        // and its purge: the newest --max-snapshots of them stay
+        snapper.set_retention(1);
+        snapper.purge();
+        assert!(!db(200).exists() && db(300).exists());
+        assert!(dir.path().join(snap_name(2, 200)).exists());
+        // 0 keeps all
+        fs::write(db(400), b"backend").unwrap();
+        snapper.set_retention(0);
+        snapper.save(&snapshot(2, 250, vec![1]), None).unwrap();
+        snapper.purge();
+        assert!(db(300).exists() && db(400).exists());
+        assert_eq!(snapper.list().unwrap().len(), 2);
     }
 
     #[test]

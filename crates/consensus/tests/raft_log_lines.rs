@@ -50,6 +50,7 @@ fn raft_logs_became_leader_and_elected_leader_like_etcd() {
         RaftConfig {
             id,
             member_dir: dir.path().join("member"),
+            wal_dir: dir.path().join("member").join("wal"),
             voters: vec![id],
             heartbeat: Duration::from_millis(100),
             election_timeout: Duration::from_millis(1000),

@@ -20,6 +20,7 @@ fn config(dir: &Path, applied: u64) -> RaftConfig {
     RaftConfig {
         id: ID,
         member_dir: dir.join("member"),
+        wal_dir: dir.join("member").join("wal"),
         voters: vec![ID],
         heartbeat: Duration::from_millis(100),
         election_timeout: Duration::from_millis(1000),
@@ -29,10 +30,12 @@ fn config(dir: &Path, applied: u64) -> RaftConfig {
     }
 }
 
+/// 2 KiB segments, and (`--max-wals 1`) every released one deleted.
 fn small_segments() -> StartOptions {
     StartOptions {
         wal: WalOptions {
             segment_bytes: 2 * 1024,
+            max_files: 1,
             ..Default::default()
         },
         ..Default::default()
@@ -250,6 +253,120 @@ async fn snapshot_releases_wal_and_restart_resumes_after_it() {
     .err()
     .expect("applied below snapshot must refuse");
     assert!(matches!(err, ConsensusError::Corrupt(_)), "{err}");
+}
+
+fn wal_files(wal_dir: &Path) -> usize {
+    std::fs::read_dir(wal_dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_str()
+                .unwrap()
+                .ends_with(".wal")
+        })
+        .count()
+}
+
+/// A member whose WAL is in its own directory (etcd's --wal-dir) and
+/// keeps `max_files` segments (etcd's --max-wals).
+fn start_in(
+    dir: &Path,
+    wal_dir: &Path,
+    applied: u64,
+    max_files: usize,
+) -> Result<(RaftHandle, Receiver<CommittedBatch>), ConsensusError> {
+    let mut cfg = config(dir, applied);
+    cfg.wal_dir = wal_dir.to_path_buf();
+    let mut options = small_segments();
+    options.wal.max_files = max_files;
+    start_with_options(cfg, Arc::new(NoopTransport), options)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_wals_keeps_that_many_segments_of_a_dedicated_wal_dir_and_zero_keeps_all() {
+    for max_files in [2, 0] {
+        let dir = tempfile::tempdir().unwrap();
+        let wal_dir = dir.path().join("dedicated").join("wal");
+        let (handle, mut rx) = start_in(dir.path(), &wal_dir, 0, max_files).unwrap();
+        wait_for("leader", Duration::from_secs(5), || {
+            handle.status().is_leader
+        })
+        .await;
+        let mut last = 1;
+        for round in 0..10 {
+            propose_concurrently(&handle, &format!("a{round}"), 30).await;
+            last = receive_until(&handle, &mut rx, last + 30)
+                .await
+                .last()
+                .unwrap()
+                .index;
+        }
+        let before = wal_files(&wal_dir);
+        assert!(before > 2, "{before} segments");
+        let names_before: Vec<std::ffi::OsString> = std::fs::read_dir(&wal_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(
+            !dir.path().join("member/wal").exists(),
+            "the WAL lives in the dedicated dir only"
+        );
+        // nothing is released before a snapshot: nothing goes
+        assert_eq!(wal_files(&wal_dir), before);
+
+        handle.snapshot(last);
+        let snap_file = dir
+            .path()
+            .join(format!("member/snap/{:016x}-{:016x}.snap", 1u64, last));
+        wait_for("snapshot file", Duration::from_secs(5), || {
+            snap_file.exists()
+        })
+        .await;
+        if max_files == 2 {
+            wait_for("purge to 2 segments", Duration::from_secs(5), || {
+                wal_files(&wal_dir) == 2
+            })
+            .await;
+        }
+        propose_concurrently(&handle, "b", 30).await;
+        let newest = receive_until(&handle, &mut rx, last + 30)
+            .await
+            .last()
+            .unwrap()
+            .index;
+        handle.stop();
+
+        // a restart from the dedicated dir replays what follows the snapshot
+        let (handle, mut rx) = start_in(dir.path(), &wal_dir, last, max_files).unwrap();
+        let replayed = receive_until(&handle, &mut rx, newest).await;
+        assert_eq!(replayed.first().unwrap().index, last + 1);
+        assert_contiguous(&replayed);
+        handle.stop();
+        if max_files == 0 {
+            for name in &names_before {
+                assert!(
+                    wal_dir.join(name).exists(),
+                    "--max-wals 0 keeps every segment: {name:?}"
+                );
+            }
+        }
+
+        // the WAL is not looked for anywhere else: another dir refuses
+        let err = start_in(dir.path(), &dir.path().join("elsewhere"), last, max_files)
+            .err()
+            .expect("a snapshot without its WAL must refuse");
+        assert!(
+            matches!(&err, ConsensusError::Corrupt(reason) if reason.contains("holds no WAL")),
+            "{err}"
+        );
+        assert!(!dir
+            .path()
+            .join("elsewhere")
+            .join("0000000000000000-0000000000000000.wal")
+            .exists());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

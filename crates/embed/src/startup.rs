@@ -561,6 +561,7 @@ fn start_raft(
     let raft_cfg = RaftConfig {
         id: identity.member.id,
         member_dir: cfg.member_dir(),
+        wal_dir: cfg.member_dir().join("wal"),
         voters: identity.voters.clone(),
         heartbeat: cfg.heartbeat,
         election_timeout: cfg.election_timeout,

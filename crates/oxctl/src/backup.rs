@@ -170,6 +170,7 @@ pub fn backup(data_dir: &Path, backup_dir: &Path, with_v3: bool) -> Result<Backe
             .min(entries.last().map_or(base_index, |e| e.index));
         consensus::import_log(
             &staging,
+            &staging.join("wal"),
             consensus::wal::Metadata {
                 node_id: member_id,
                 cluster_id,

@@ -697,6 +697,7 @@ fn write_member(db: &Path, log: &EtcdLog, plan: &Plan, staging: &Path) -> Result
     .map_err(|e| failed(format!("cannot import {}: {e}", db.display())))?;
     consensus::import_log(
         staging,
+        &staging.join("wal"),
         consensus::wal::Metadata {
             node_id: log.node_id,
             cluster_id: log.cluster_id,

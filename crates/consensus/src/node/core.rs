@@ -445,6 +445,13 @@ impl Rebuilt {
     fn from(restore: Restore) -> Result<Rebuilt, ConsensusError> {
         let storage = MemStorage::new();
         let (snap_index, base_conf) = match &restore.snapshot {
+            // raft's log starts at the index after it: only damage puts it here
+            Some(s) if s.get_metadata().index == u64::MAX => {
+                return Err(corrupt(format!(
+                    "snapshot index {} leaves no next index",
+                    s.get_metadata().index
+                )));
+            }
             Some(s) => {
                 storage.wl().apply_snapshot(s.clone())?;
                 (
@@ -512,6 +519,13 @@ impl Rebuilt {
         // The commit index in the WAL lags (it is written lazily); what was
         // applied was committed.
         let mut hard_state = restore.hard_state;
+        if hard_state.term == u64::MAX {
+            // raft campaigns at term + 1: only a damaged WAL holds this
+            return Err(corrupt(format!(
+                "WAL hard state term {} leaves no next term",
+                hard_state.term
+            )));
+        }
         hard_state.commit = hard_state.commit.max(snap_index).max(applied);
         if hard_state.commit > last_index {
             return Err(corrupt(format!(

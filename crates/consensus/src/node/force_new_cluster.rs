@@ -156,6 +156,7 @@ mod tests {
         let cfg = RaftConfig {
             id: 1,
             member_dir: Default::default(),
+            wal_dir: Default::default(),
             voters: vec![],
             heartbeat: Default::default(),
             election_timeout: Default::default(),

@@ -65,9 +65,9 @@ impl Node {
         if let Some(keep) = options.max_snapshots {
             snapper.set_retention(keep);
         }
-        let wal_dir = cfg.member_dir.join("wal");
+        let wal_dir = &cfg.wal_dir;
         let snapshot = snapper.load_newest()?;
-        let (mut wal, contents) = open_wal(cfg, options, &wal_dir, snapshot.as_ref())?;
+        let (mut wal, contents) = open_wal(cfg, options, wal_dir, snapshot.as_ref())?;
         if let Some(observer) = &options.wal_sync_observer {
             wal.set_sync_observer(observer.clone());
         }
@@ -117,6 +117,16 @@ impl Node {
                 read_timeout: Duration::from_secs(5) + cfg.election_timeout * 2,
             },
         )?;
+        // etcd's purge loops start with the member (their first round at
+        // once), each only with a limit: raft took the snapshot, so what
+        // precedes it may go.
+        snapper.log_purge_start();
+        if options.wal.max_files > 0 {
+            tracing::info!(dir = %wal_dir.display(), suffix = "wal", max = options.wal.max_files,
+                "started to purge file");
+        }
+        snapper.purge();
+        wal.purge()?;
         let node = Node {
             core,
             wal,
@@ -473,8 +483,11 @@ fn raft_config(cfg: &RaftConfig, pre_vote: bool) -> Result<Config, ConsensusErro
     })
 }
 
-/// The member's WAL: opened and read back, or created for a new member
-/// (refused when a snapshot exists without it).
+/// The member's WAL: opened at the snapshot and read back, or created for
+/// a new member. Refused, before anything is created, when a snapshot or
+/// a backend that applied entries exists without it: their log is
+/// elsewhere (another `--wal-dir`) or lost, and a new log under them would
+/// have its first entries skipped as applied already.
 fn open_wal(
     cfg: &RaftConfig,
     options: &StartOptions,
@@ -482,13 +495,37 @@ fn open_wal(
     snapshot: Option<&Snapshot>,
 ) -> Result<(Wal, Option<crate::wal::WalContents>), ConsensusError> {
     if Wal::exists(wal_dir) {
-        let (wal, contents) = Wal::open(wal_dir, options.wal.clone())?;
+        let index = snapshot.map_or(0, |s| s.get_metadata().index);
+        let (mut wal, contents) = Wal::open_at(wal_dir, index, options.wal.clone())?;
+        if let Some(s) = snapshot.filter(|_| index > wal.last_index()) {
+            // A crash between a leader's snapshot file and its WAL marker:
+            // the file is durable, the marker is written now, so that the
+            // entries raft appends after the snapshot do not follow a gap
+            // the WAL cannot account for (a restart would refuse it).
+            tracing::warn!(
+                "snapshot-index" = index,
+                "wal-last-index" = wal.last_index(),
+                "the newest snapshot file has no WAL marker; recording it"
+            );
+            wal.save_snapshot(SnapshotMarker {
+                term: s.get_metadata().term,
+                index,
+            });
+            wal.sync()?;
+        }
         return Ok((wal, Some(contents)));
     }
     if let Some(s) = snapshot {
         return Err(ConsensusError::Corrupt(format!(
-            "snapshot at index {} exists but {} holds no WAL",
+            "snapshot at index {} exists but {} holds no WAL (was the member started with another --wal-dir?)",
             s.get_metadata().index,
+            wal_dir.display()
+        )));
+    }
+    if cfg.applied > 0 {
+        return Err(ConsensusError::Corrupt(format!(
+            "the backend holds entries up to index {} but {} holds no WAL (was the member started with another --wal-dir?)",
+            cfg.applied,
             wal_dir.display()
         )));
     }
@@ -509,6 +546,7 @@ mod raft_config_tests {
         let cfg = RaftConfig {
             id: 1,
             member_dir: Default::default(),
+            wal_dir: Default::default(),
             voters: vec![1],
             heartbeat: std::time::Duration::from_millis(100),
             election_timeout: std::time::Duration::from_millis(1000),

@@ -7,7 +7,8 @@
 //!
 //! # Files
 //!
-//! `<member_dir>/wal/<seq %016x>-<first index %016x>.wal`, as etcd names them.
+//! `<wal dir>/<seq %016x>-<first index %016x>.wal`, as etcd names them; the
+//! WAL dir is `<member_dir>/wal`, or etcd's `--wal-dir`.
 //! `seq` grows by one per segment; `first index` is the raft index the next
 //! entry was expected to have when the segment was cut (the very first
 //! segment is `0000000000000000-0000000000000000.wal`). A segment is cut when
@@ -87,12 +88,21 @@
 //! refuses to open with [`WalError::Corrupt`], naming the file and offset:
 //! truncating there could drop acknowledged entries.
 //!
-//! # Release
+//! # Release and purge
 //!
-//! [`Wal::release_to`] deletes whole segments whose entries all precede the
-//! given index. The caller (the raft thread) only passes an index covered by a
-//! durable backend commit and a saved snapshot; this module keeps no opinion
-//! on that beyond never deleting the active segment.
+//! [`Wal::release_to`] releases whole segments whose entries all precede the
+//! given index (etcd's `ReleaseLockTo`): the caller (the raft thread) only
+//! passes an index covered by a durable backend commit and a saved
+//! snapshot. Opening at a snapshot ([`Wal::open_at`]) releases the
+//! segments before the one holding its index, which are not read (etcd's
+//! `openAtIndex` locks only the segments from there on). Only a released
+//! segment may be deleted, and the active one never is.
+//!
+//! The purge is etcd's (`fileutil.PurgeFile` on `*.wal` with `--max-wals`):
+//! while the directory holds more than [`WalOptions::max_files`] segments,
+//! the oldest goes if it is released (logged `purged`, with its path); 0
+//! keeps every segment. etcd purges every 30 s; here it runs whenever the
+//! count or the released set can grow (a release, a cut) and at start.
 
 #[cfg(test)]
 mod fault_tests;
@@ -100,18 +110,35 @@ mod file;
 mod ops;
 pub(crate) mod record;
 mod replay;
-/// Every record of the WAL in `dir`, checked: its segments, the replayed
-/// state, the last segment's tail and the metadata.
-fn replay_dir(dir: &Path) -> Result<(Vec<Segment>, Replay, SegmentTail, Metadata), WalError> {
+/// A WAL dir read back: all its segments, the records of those read, the
+/// last segment's tail and the metadata.
+struct Replayed {
+    segments: Vec<Segment>,
+    /// The segments before this one were not read.
+    first_read: usize,
+    reader: Replay,
+    tail: SegmentTail,
+    metadata: Metadata,
+}
+
+/// The records of the WAL in `dir` from the segment that holds `index`
+/// (the last one whose first index is at or below it; from the first
+/// segment when none is), checked: etcd's `openAtIndex`, which reads
+/// nothing of the segments a snapshot at `index` makes useless.
+fn replay_dir(dir: &Path, index: u64) -> Result<Replayed, WalError> {
     let segments = list_segments(dir)?;
     let Some(last_segment) = segments.last() else {
         return Err(WalError::NotFound {
             dir: dir.to_path_buf(),
         });
     };
+    let first_read = segments
+        .iter()
+        .rposition(|s| s.first_index <= index)
+        .unwrap_or(0);
     let mut reader = Replay::default();
     let mut tail = SegmentTail::default();
-    for (i, segment) in segments.iter().enumerate() {
+    for (i, segment) in segments.iter().enumerate().skip(first_read) {
         tail = reader.read_segment(segment, i + 1 == segments.len())?;
     }
     let metadata = reader.metadata.clone().ok_or_else(|| WalError::Corrupt {
@@ -119,7 +146,13 @@ fn replay_dir(dir: &Path) -> Result<(Vec<Segment>, Replay, SegmentTail, Metadata
         offset: 0,
         reason: "no metadata record".into(),
     })?;
-    Ok((segments, reader, tail, metadata))
+    Ok(Replayed {
+        segments,
+        first_read,
+        reader,
+        tail,
+        metadata,
+    })
 }
 
 #[cfg(test)]
@@ -176,10 +209,16 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> WalError + '_ {
 /// A metadata record holds two IDs and the bootstrap voters: far below this.
 const METADATA_READ_LIMIT: u64 = 1 << 20;
 
+/// Segment files kept at most (etcd's `--max-wals` default).
+pub const MAX_FILES: usize = 5;
+
 /// Tunables; the defaults are what a member uses.
 #[derive(Clone, Debug)]
 pub struct WalOptions {
     pub segment_bytes: u64,
+    /// etcd's `--max-wals`: released segments are deleted, oldest first,
+    /// while there are more than this many segment files; 0 keeps all.
+    pub max_files: usize,
     /// etcd's --unsafe-no-fsync: records are written but never fdatasync'ed,
     /// so an OS crash or power loss can lose acknowledged writes (a process
     /// crash cannot: the page cache keeps them). For benchmarks and tests.
@@ -193,6 +232,7 @@ impl Default for WalOptions {
     fn default() -> Self {
         WalOptions {
             segment_bytes: SEGMENT_BYTES,
+            max_files: MAX_FILES,
             unsafe_no_fsync: false,
             ops: std::sync::Arc::new(OsFileOps),
         }
@@ -239,6 +279,10 @@ pub struct Wal {
     dir: PathBuf,
     options: WalOptions,
     segments: Vec<Segment>,
+    /// How many of the oldest `segments` are released: a snapshot covers
+    /// their entries, so the purge may delete them. Always fewer than
+    /// `segments.len()`: the active segment is never released.
+    released: usize,
     /// The last segment, opened for writing (not appending: it is
     /// preallocated, so records go at `active_len`, not at the file end).
     active: File,
@@ -318,6 +362,7 @@ impl Wal {
             dir: dir.to_path_buf(),
             options,
             segments: vec![segment],
+            released: 0,
             active,
             active_len,
             pending: Vec::new(),
@@ -355,13 +400,16 @@ impl Wal {
         }
     }
 
-    /// Opens the WAL in `dir`, reads every record, repairs a torn tail of the
-    /// last segment and returns what it held.
     /// Reads a WAL through without touching it (no repair of a torn tail,
     /// which is reported in `repaired_bytes` as what a start would cut):
     /// every record's CRC is checked. For offline tools.
     pub fn read(dir: &Path) -> Result<WalContents, WalError> {
-        let (_, reader, tail, metadata) = replay_dir(dir)?;
+        let Replayed {
+            reader,
+            tail,
+            metadata,
+            ..
+        } = replay_dir(dir, 0)?;
         Ok(WalContents {
             metadata,
             hard_state: reader.hard_state,
@@ -371,8 +419,28 @@ impl Wal {
         })
     }
 
+    /// Opens the WAL in `dir`, reads every record, repairs a torn tail of the
+    /// last segment and returns what it held.
     pub fn open(dir: &Path, options: WalOptions) -> Result<(Wal, WalContents), WalError> {
-        let (segments, reader, tail, metadata) = replay_dir(dir)?;
+        Wal::open_at(dir, 0, options)
+    }
+
+    /// [`Wal::open`] for a member restarting from a snapshot at `index`:
+    /// the segments before the one holding `index` are neither read nor
+    /// kept from the purge (they are released), as etcd's `wal.Open` at a
+    /// snapshot. The entries returned may still begin below `index`.
+    pub fn open_at(
+        dir: &Path,
+        index: u64,
+        options: WalOptions,
+    ) -> Result<(Wal, WalContents), WalError> {
+        let Replayed {
+            segments,
+            first_read,
+            reader,
+            tail,
+            metadata,
+        } = replay_dir(dir, index)?;
         let last_segment = segments
             .last()
             .cloned()
@@ -433,6 +501,7 @@ impl Wal {
             dir: dir.to_path_buf(),
             options,
             segments,
+            released: first_read,
             active,
             active_len,
             pending,
@@ -452,7 +521,7 @@ impl Wal {
     pub fn append(&mut self, entries: &[Entry], hard_state: Option<&HardState>) {
         for e in entries {
             debug_assert!(
-                e.index <= self.last_index + 1 || self.last_index == 0,
+                e.index <= self.last_index.saturating_add(1) || self.last_index == 0,
                 "wal: gap before entry {} (last {})",
                 e.index,
                 self.last_index
@@ -557,12 +626,23 @@ impl Wal {
             ops.sync_all(&self.active).map_err(io_err(&path))?;
         }
         let prev = self.segments.last().expect("wal has an active segment");
+        // only a damaged marker or file name puts either at u64::MAX
+        let (Some(seq), Some(first_index)) =
+            (prev.seq.checked_add(1), self.last_index.checked_add(1))
+        else {
+            return Err(WalError::Inconsistent {
+                dir: self.dir.clone(),
+                reason: format!(
+                    "no segment can follow {} (last index {})",
+                    prev.path.display(),
+                    self.last_index
+                ),
+            });
+        };
         let segment = Segment {
-            seq: prev.seq + 1,
-            first_index: self.last_index + 1,
-            path: self
-                .dir
-                .join(segment_name(prev.seq + 1, self.last_index + 1)),
+            seq,
+            first_index,
+            path: self.dir.join(segment_name(seq, first_index)),
         };
         let (file, len) = write_new_segment(
             &*self.options.ops,
@@ -577,37 +657,66 @@ impl Wal {
         self.active = file;
         self.active_len = len;
         self.segments.push(segment);
-        Ok(())
+        // one more file: a released one may now be one too many
+        self.purge()
     }
 
-    /// Deletes whole segments whose entries are all < `index`; the segment
-    /// that may contain `index` and the active segment are kept.
+    /// Releases the segments whose entries are all < `index` (the segment
+    /// that may contain `index` and the active segment never are), then
+    /// purges: etcd's `ReleaseLockTo` followed by its purge.
     pub(crate) fn release_to(&mut self, index: u64) -> Result<(), WalError> {
-        // Segment k holds entries < segments[k+1].first_index, so it can go
-        // when the next segment starts at or below `index`.
-        let mut release = 0;
-        while release + 1 < self.segments.len() && self.segments[release + 1].first_index <= index {
-            release += 1;
+        // Segment k holds entries < segments[k+1].first_index, so it is
+        // released when the next segment starts at or below `index`.
+        let mut covered = 0;
+        while covered + 1 < self.segments.len() && self.segments[covered + 1].first_index <= index {
+            covered += 1;
         }
-        if release == 0 {
+        self.released = self.released.max(covered);
+        self.purge()
+    }
+
+    /// etcd's purge of `*.wal` files: while there are more than
+    /// `max_files` segments (0: no limit), the oldest is deleted if it is
+    /// released; an unreleased one stops the purge, as a segment whose
+    /// lock etcd cannot take does.
+    pub(crate) fn purge(&mut self) -> Result<(), WalError> {
+        let max_files = self.options.max_files;
+        if max_files == 0 {
             return Ok(());
         }
-        for segment in self.segments.drain(..release) {
+        let mut purged = false;
+        while self.segments.len() > max_files && self.released > 0 {
+            debug_assert!(
+                self.released < self.segments.len(),
+                "the active segment is released"
+            );
+            let segment = self.segments.remove(0);
+            self.released -= 1;
+            purged = true;
+            if let Err(e) = self.options.ops.remove(&segment.path) {
+                self.segments.insert(0, segment);
+                self.released += 1;
+                return Err(io_err(&self.segments[0].path)(e));
+            }
+            tracing::info!(path = %segment.path.display(), "purged");
+        }
+        if purged {
             self.options
                 .ops
-                .remove(&segment.path)
-                .map_err(io_err(&segment.path))?;
-            tracing::info!(file = %segment.path.display(), "wal: released segment");
+                .sync_dir(&self.dir)
+                .map_err(io_err(&self.dir))?;
         }
-        self.options
-            .ops
-            .sync_dir(&self.dir)
-            .map_err(io_err(&self.dir))?;
         Ok(())
     }
 
     pub(crate) fn metadata(&self) -> &Metadata {
         &self.metadata
+    }
+
+    /// The last index the WAL accounts for: its last entry, or a snapshot
+    /// marker beyond it.
+    pub(crate) fn last_index(&self) -> u64 {
+        self.last_index
     }
 
     /// Reports the duration of each later append fdatasync to `observer`.

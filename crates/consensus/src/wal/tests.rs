@@ -469,8 +469,10 @@ fn wal_refuses_damage_in_a_sealed_segment() {
 #[test]
 fn wal_cuts_segments_and_release_keeps_the_segment_holding_the_index() {
     let dir = tempfile::tempdir().unwrap();
+    // one file at most: every released segment goes
     let opts = WalOptions {
         segment_bytes: 512,
+        max_files: 1,
         ..Default::default()
     };
     let mut wal = Wal::create(dir.path(), meta(), opts.clone()).unwrap();
@@ -509,6 +511,138 @@ fn wal_cuts_segments_and_release_keeps_the_segment_holding_the_index() {
     assert_eq!(c.snapshot, Some(SnapshotMarker { term: 1, index: 50 }));
     assert_eq!(c.hard_state, hs(1, 1, 100));
     assert_eq!(c.metadata, meta());
+}
+
+/// The first index of each segment file in `dir`, oldest first.
+fn segment_firsts(dir: &Path) -> Vec<u64> {
+    let mut firsts: Vec<(u64, u64)> = fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| parse_segment_name(e.unwrap().file_name().to_str().unwrap()))
+        .collect();
+    firsts.sort();
+    firsts.into_iter().map(|(_, first)| first).collect()
+}
+
+/// A WAL of 100 entries on 512-byte segments (many of them), none
+/// released; its segments' first indexes.
+fn write_segmented(dir: &Path, max_files: usize) -> (Wal, Vec<u64>) {
+    let opts = WalOptions {
+        segment_bytes: 512,
+        max_files,
+        ..Default::default()
+    };
+    let mut wal = Wal::create(dir, meta(), opts).unwrap();
+    for i in 1..=100 {
+        wal.append(&[entry(i, 1, &[1u8; 40])], Some(&hs(1, 1, i)));
+        wal.sync().unwrap();
+    }
+    let firsts = segment_firsts(dir);
+    assert!(firsts.len() > 8, "{firsts:?}");
+    (wal, firsts)
+}
+
+#[test]
+fn max_wals_keeps_that_many_segments_and_purges_only_released_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut wal, firsts) = write_segmented(dir.path(), 3);
+    // etcd's purge takes no segment it cannot lock: more than 3 files, but
+    // none released, none goes
+    assert_eq!(segment_firsts(dir.path()), firsts);
+
+    // released: the segments wholly below 50 (not the one holding it)
+    wal.save_snapshot(SnapshotMarker { term: 1, index: 50 });
+    wal.sync().unwrap();
+    wal.release_to(50).unwrap();
+    let holding = firsts.iter().rposition(|f| *f <= 50).unwrap();
+    assert!(holding >= 1 && firsts.len() - holding > 3, "{firsts:?}");
+    // the oldest go while there are more than 3, as long as they are
+    // released: everything below the segment holding 50
+    assert_eq!(segment_firsts(dir.path()), firsts[holding..]);
+
+    // the whole log released: the newest 3 files stay
+    wal.release_to(100).unwrap();
+    assert_eq!(segment_firsts(dir.path()), firsts[firsts.len() - 3..]);
+    drop(wal);
+    let (_, c) = Wal::open(dir.path(), WalOptions::default()).unwrap();
+    assert_eq!(c.entries.last().unwrap().index, 100);
+    assert_eq!(c.hard_state, hs(1, 1, 100));
+}
+
+#[test]
+fn max_wals_zero_keeps_every_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut wal, firsts) = write_segmented(dir.path(), 0);
+    wal.save_snapshot(SnapshotMarker {
+        term: 1,
+        index: 100,
+    });
+    wal.sync().unwrap();
+    wal.release_to(100).unwrap();
+    wal.purge().unwrap();
+    assert_eq!(segment_firsts(dir.path()), firsts);
+}
+
+#[test]
+fn max_wals_a_cut_purges_a_released_segment_beyond_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut wal, firsts) = write_segmented(dir.path(), 4);
+    wal.release_to(100).unwrap();
+    assert_eq!(segment_firsts(dir.path()), firsts[firsts.len() - 4..]);
+    // new segments: the released ones make room, the count stays at 4
+    // until only unreleased segments are left
+    for i in 101..=160 {
+        wal.append(&[entry(i, 1, &[1u8; 40])], Some(&hs(1, 1, i)));
+        wal.sync().unwrap();
+    }
+    let now = segment_firsts(dir.path());
+    // more than 4 files, none of them released: the one holding 100 and
+    // those after it
+    let holding = firsts.iter().rposition(|f| *f <= 100).unwrap();
+    assert!(now.len() > 4, "{now:?}");
+    assert_eq!(now[0], firsts[holding], "{now:?}");
+    assert!(now[1] > 100, "{now:?}");
+}
+
+#[test]
+fn open_at_a_snapshot_reads_from_its_segment_and_releases_the_older_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut wal, firsts) = write_segmented(dir.path(), 0);
+    wal.save_snapshot(SnapshotMarker { term: 1, index: 50 });
+    wal.sync().unwrap();
+    drop(wal);
+    let holding = firsts.iter().rposition(|f| *f <= 50).unwrap();
+
+    // --max-wals 0: nothing goes, the older segments are not even read
+    let keep_all = WalOptions {
+        segment_bytes: 512,
+        max_files: 0,
+        ..Default::default()
+    };
+    let (mut wal, c) = Wal::open_at(dir.path(), 50, keep_all).unwrap();
+    assert_eq!(c.entries.first().unwrap().index, firsts[holding]);
+    assert_eq!(c.entries.last().unwrap().index, 100);
+    assert_eq!(c.snapshot, Some(SnapshotMarker { term: 1, index: 50 }));
+    assert_eq!(c.hard_state, hs(1, 1, 100));
+    wal.purge().unwrap();
+    assert_eq!(segment_firsts(dir.path()), firsts);
+    drop(wal);
+
+    // a damaged segment below the snapshot's is never read
+    let oldest = dir.path().join(segment_name(0, 0));
+    let bytes = fs::read(&oldest).unwrap();
+    fs::write(&oldest, &bytes[..bytes.len() - 3]).unwrap();
+    assert!(Wal::open(dir.path(), WalOptions::default()).is_err());
+
+    // --max-wals 2: the start purges what precedes the snapshot's segment
+    let two = WalOptions {
+        segment_bytes: 512,
+        max_files: 2,
+        ..Default::default()
+    };
+    let (mut wal, c) = Wal::open_at(dir.path(), 50, two).unwrap();
+    assert_eq!(c.entries.first().unwrap().index, firsts[holding]);
+    wal.purge().unwrap();
+    assert_eq!(segment_firsts(dir.path()), firsts[holding..]);
 }
 
 #[test]

@@ -4,12 +4,12 @@
 //! sections give a TLS client port, and a malformed file is refused as
 //! etcd 3.5.16 refuses it.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use testkit::pki::{TestCa, Usage};
+use testkit::logged::{self, UNTIL_EXIT};
 use testkit::{json_field, oxcd_bin, Process, START_DEADLINE};
 
 const REFERENCE: &str = "/opt/etcd-3.5.16/etcd";
@@ -44,38 +44,9 @@ fn run_until(
     env: &[(&str, &str)],
     until: &str,
 ) -> (Vec<String>, Option<i32>) {
-    let mut cmd = Command::new(bin);
-    cmd.env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .args(args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().expect("starts");
-    let stderr = child.stderr.take().expect("piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + START_DEADLINE;
-    let mut lines = Vec::new();
-    while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        let done = line.contains(until);
-        lines.push(line);
-        if done {
-            break;
-        }
-    }
-    let _ = child.kill();
-    let status = child.wait().expect("waits");
-    (lines, status.code())
+    let mut cmd = logged::clean_command(bin);
+    cmd.args(args).envs(env.iter().copied());
+    logged::run_until(cmd, until, START_DEADLINE)
 }
 
 fn line_with<'a>(lines: &'a [String], needle: &str) -> &'a String {
@@ -249,9 +220,6 @@ fn error_field(line: &str) -> String {
         serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
     value["error"].as_str().unwrap_or_default().to_string()
 }
-
-/// A line no process logs: [`run_until`] reads until the process exits.
-const UNTIL_EXIT: &str = "\u{0}";
 
 /// oxcd's and etcd 3.5.16's refusal of `text`: (error field, exit code).
 fn refusal(bin: &str, text: &str) -> (String, Option<i32>) {

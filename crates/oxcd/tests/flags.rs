@@ -3,13 +3,12 @@
 //! follow etcd's rules (pkg/flags `SetFlagsFromEnv`, `verifyEnv`).
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use oxcd::flags::{self, Parsed};
-use testkit::Process;
+use testkit::{logged, Process};
 
 const REFERENCES: [&str; 2] = ["/opt/etcd-3.5.16/etcd", "/opt/etcd-3.5.1/etcd"];
 
@@ -130,52 +129,20 @@ fn oxcd_help_shows_etcds_defaults_in_etcds_groups() {
     assert_eq!(titles(&ours), titles(&help));
 }
 
-fn oxcd() -> Command {
-    let mut cmd = Command::new(testkit::oxcd_bin());
-    cmd.env_clear()
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    cmd
-}
-
 /// Runs oxcd on a fresh data dir and loopback port 0 with `args` and
 /// `env` until it logs `until` or exits; its log lines and exit code.
 fn run_until(args: &[&str], env: &[(&str, &str)], until: &str) -> (Vec<String>, Option<i32>) {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = oxcd();
+    let mut cmd = logged::clean_command(testkit::oxcd_bin());
     cmd.arg("--data-dir")
         .arg(dir.path())
         .args(["--listen-client-urls", "http://127.0.0.1:0"])
         .args(["--advertise-client-urls", "http://127.0.0.1:0"])
         .args(["--listen-peer-urls", "http://127.0.0.1:0"])
         .args(["--initial-advertise-peer-urls", "http://127.0.0.1:0"])
-        .args(args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().expect("oxcd starts");
-    let stderr = child.stderr.take().expect("piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut lines = Vec::new();
-    while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        let done = line.contains(until);
-        lines.push(line);
-        if done {
-            break;
-        }
-    }
-    let _ = child.kill();
-    let status = child.wait().expect("waits");
-    (lines, status.code())
+        .args(args)
+        .envs(env.iter().copied());
+    logged::run_until(cmd, until, Duration::from_secs(30))
 }
 
 fn line_with<'a>(lines: &'a [String], needle: &str) -> Option<&'a String> {

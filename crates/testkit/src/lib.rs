@@ -8,6 +8,7 @@
 
 pub mod http;
 pub mod linearizability;
+pub mod logged;
 pub mod netns;
 pub mod pki;
 pub mod robustness;
@@ -79,6 +80,27 @@ impl Process {
             .arg(data_dir)
             .args(["--listen-client-urls", &client_url])
             .args(["--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", "http://127.0.0.1:0"])
+            .args(["--initial-advertise-peer-urls", "http://127.0.0.1:0"])
+            .args(extra);
+        Process::spawn(cmd, data_dir)
+    }
+
+    /// [`Process::launch_oxcd`] with `env` added to the member's
+    /// environment (variables such as OpenTelemetry's `OTEL_*`).
+    pub fn launch_oxcd_env(
+        bin: &Path,
+        data_dir: &Path,
+        env: &[(&str, &str)],
+        extra: &[&str],
+    ) -> Process {
+        let client_url = "http://127.0.0.1:0";
+        let mut cmd = Command::new(bin);
+        cmd.envs(env.iter().copied())
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--listen-client-urls", client_url])
+            .args(["--advertise-client-urls", client_url])
             .args(["--listen-peer-urls", "http://127.0.0.1:0"])
             .args(["--initial-advertise-peer-urls", "http://127.0.0.1:0"])
             .args(extra);

@@ -228,6 +228,11 @@ fn log_start(cfg: &ServerConfig, restarted: bool) {
         "oxcd-version" = env!("CARGO_PKG_VERSION"),
         name = %cfg.name,
         "data-dir" = %cfg.data_dir.display(),
+        "wal-dir" = %cfg.dedicated_wal_dir.as_deref().unwrap_or(std::path::Path::new("")).display(),
+        "wal-dir-dedicated" = %cfg.dedicated_wal_dir.as_deref().unwrap_or(std::path::Path::new("")).display(),
+        "member-dir" = %cfg.member_dir().display(),
+        "max-wals" = cfg.max_wals,
+        "max-snapshots" = cfg.max_snapshots,
         "member-initialized" = restarted,
         "starting an etcd server"
     );
@@ -561,7 +566,7 @@ fn start_raft(
     let raft_cfg = RaftConfig {
         id: identity.member.id,
         member_dir: cfg.member_dir(),
-        wal_dir: cfg.member_dir().join("wal"),
+        wal_dir: cfg.wal_dir(),
         voters: identity.voters.clone(),
         heartbeat: cfg.heartbeat,
         election_timeout: cfg.election_timeout,
@@ -577,6 +582,7 @@ fn start_raft(
         observer: Some(metrics.raft_observer()),
         wal: consensus::wal::WalOptions {
             unsafe_no_fsync: cfg.unsafe_no_fsync,
+            max_files: cfg.max_wals,
             ..Default::default()
         },
     };

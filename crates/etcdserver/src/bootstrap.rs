@@ -156,11 +156,22 @@ pub fn parse_url(url: &str) -> Result<SocketAddr, StartError> {
 /// time: below this much free space it refuses to start, writing nothing.
 pub(crate) const MIN_FREE_BYTES_TO_START: u64 = 1 << 20;
 
-/// Refuses a data dir on a full volume; warns when the volume cannot hold
-/// two WAL segments (the member then stops, whole, when it fills).
+/// Refuses a data dir, or a `--wal-dir`, on a full volume; warns when the
+/// volume of the WAL cannot hold two WAL segments (the member then stops,
+/// whole, when it fills).
 pub fn check_volume(cfg: &ServerConfig) -> Result<(), StartError> {
-    let probe = cfg
-        .data_dir
+    let holds_wal = cfg.dedicated_wal_dir.is_none();
+    check_free_space(&cfg.data_dir, "data-dir", holds_wal)?;
+    if let Some(wal_dir) = &cfg.dedicated_wal_dir {
+        check_free_space(wal_dir, "wal-dir", true)?;
+    }
+    Ok(())
+}
+
+/// [`check_volume`] for the volume of `dir` (`--data-dir` or
+/// `--wal-dir`, as `flag` names it).
+fn check_free_space(dir: &Path, flag: &str, holds_wal: bool) -> Result<(), StartError> {
+    let probe = dir
         .ancestors()
         .find(|p| p.exists())
         .map_or_else(|| Path::new(".").to_path_buf(), Path::to_path_buf);
@@ -175,16 +186,16 @@ pub fn check_volume(cfg: &ServerConfig) -> Result<(), StartError> {
         return Err(StartError::DataDir(format!(
             "no space left on device: the volume holding {} has {free} bytes free, and a member \
              needs at least {MIN_FREE_BYTES_TO_START} to start; free space on it, then start again",
-            cfg.data_dir.display()
+            dir.display()
         )));
     }
     let safe = 2 * consensus::wal::SEGMENT_BYTES;
-    if free < safe {
+    if holds_wal && free < safe {
         tracing::warn!(
-            "data-dir" = %cfg.data_dir.display(),
+            path = %dir.display(),
             "volume-free-bytes" = free,
             "safe-free-bytes" = safe,
-            "the data dir's volume is too small to be safe: less than two WAL segments free; \
+            "the {flag}'s volume is too small to be safe: less than two WAL segments free; \
              the member stops when it fills"
         );
     }
@@ -194,7 +205,8 @@ pub fn check_volume(cfg: &ServerConfig) -> Result<(), StartError> {
 /// etcd's data dir shape, refusing a dir that holds etcd's own bbolt files.
 /// As etcd's NewServer: the data dir, `member/snap` and `member` are
 /// touched (created 0700, or warned about when they exist with another
-/// mode: never refused), and the WAL dir is created 0700.
+/// mode: never refused), and the WAL dir (`member/wal`, or `--wal-dir`
+/// alone: no `member/wal` then) is created 0700.
 pub fn prepare_data_dir(cfg: &ServerConfig) -> Result<(), StartError> {
     let member = cfg.member_dir();
     let fail = |dir: &std::path::Path, e: std::io::Error| {
@@ -206,9 +218,34 @@ pub fn prepare_data_dir(cfg: &ServerConfig) -> Result<(), StartError> {
     for dir in [cfg.data_dir.clone(), member.join("snap"), member.clone()] {
         consensus::fileutil::touch_dir_all(&dir).map_err(|e| fail(&dir, e))?;
     }
-    let wal = member.join("wal");
-    consensus::fileutil::create_private_dir_all(&wal).map_err(|e| fail(&wal, e))?;
+    let wal = cfg.wal_dir();
+    consensus::fileutil::create_private_dir_all(&wal).map_err(|e| {
+        StartError::DataDir(format!("cannot access WAL directory {}: {e}", wal.display()))
+    })?;
     check_backend_is_ours(&cfg.backend_path())
+}
+
+/// A `--wal-dir` that holds no WAL while `member/wal` does: the member's
+/// log is in the data dir. etcd would start a new member (a new log under
+/// the old backend, whose first entries it then skips as applied); oxcd
+/// refuses, naming both.
+fn check_wal_dir(cfg: &ServerConfig) -> Result<(), StartError> {
+    let Some(dedicated) = &cfg.dedicated_wal_dir else {
+        return Ok(());
+    };
+    let in_member = cfg.member_dir().join("wal");
+    if dedicated != &in_member
+        && !consensus::wal::Wal::exists(dedicated)
+        && consensus::wal::Wal::exists(&in_member)
+    {
+        return Err(StartError::DataDir(format!(
+            "--wal-dir {} holds no WAL but {} does: move the member's WAL to the --wal-dir, \
+             or start it without --wal-dir",
+            dedicated.display(),
+            in_member.display()
+        )));
+    }
+    Ok(())
 }
 
 pub struct Identity {
@@ -247,7 +284,8 @@ pub(crate) fn initial_members(cfg: &ServerConfig) -> Result<Vec<MemberInfo>, Sta
 /// its membership store; ours arrives with membership changes).
 pub fn identity(cfg: &ServerConfig) -> Result<Identity, StartError> {
     check_backend_is_ours(&cfg.backend_path())?;
-    let wal_dir = cfg.member_dir().join("wal");
+    check_wal_dir(cfg)?;
+    let wal_dir = cfg.wal_dir();
     let recorded = if wal_dir.exists() {
         consensus::wal::Wal::read_metadata(&wal_dir).map_err(|e| {
             StartError::DataDir(format!("cannot read the WAL in {}: {e}", wal_dir.display()))
@@ -318,7 +356,7 @@ pub fn identity(cfg: &ServerConfig) -> Result<Identity, StartError> {
 /// Whether this member joins a running cluster: a new data dir (no WAL)
 /// and `--initial-cluster-state existing`.
 pub fn joins_existing(cfg: &ServerConfig) -> bool {
-    let wal_dir = cfg.member_dir().join("wal");
+    let wal_dir = cfg.wal_dir();
     cfg.initial_cluster_state == "existing"
         && !(wal_dir.exists()
             && matches!(consensus::wal::Wal::read_metadata(&wal_dir), Ok(Some(_))))

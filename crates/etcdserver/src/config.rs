@@ -37,6 +37,12 @@ pub struct ServerConfig {
     pub snapshot_count: u64,
     /// `--max-snapshots`: `.snap` files kept (0: all).
     pub max_snapshots: usize,
+    /// `--wal-dir` (etcd's DedicatedWALDir): the directory the WAL
+    /// segments live in; None: `<data-dir>/member/wal` ([`Self::wal_dir`]).
+    pub dedicated_wal_dir: Option<PathBuf>,
+    /// `--max-wals`: WAL segment files kept (0: all); only those a snapshot
+    /// released are ever deleted.
+    pub max_wals: usize,
     /// `--backend-batch-interval` and `--backend-batch-limit`.
     pub backend_batch: crate::apply::BackendBatch,
     pub heartbeat: Duration,
@@ -119,6 +125,14 @@ impl ServerConfig {
         self.member_dir().join("snap").join("db")
     }
 
+    /// Where the WAL segments live (etcd's `WALDir()`): `--wal-dir`, else
+    /// `<data-dir>/member/wal`.
+    pub fn wal_dir(&self) -> PathBuf {
+        self.dedicated_wal_dir
+            .clone()
+            .unwrap_or_else(|| self.member_dir().join("wal"))
+    }
+
     /// etcd's ReqTimeout: 5 s plus two election timeouts for the expected
     /// leader election.
     pub fn request_timeout(&self) -> Duration {
@@ -145,6 +159,8 @@ impl Default for ServerConfig {
             force_new_cluster: false,
             snapshot_count: 100_000,
             max_snapshots: 5,
+            dedicated_wal_dir: None,
+            max_wals: 5,
             backend_batch: crate::apply::BackendBatch::default(),
             heartbeat: Duration::from_millis(100),
             election_timeout: Duration::from_millis(1000),

@@ -111,6 +111,11 @@ pub fn config_from(flags: &Flags) -> Result<Config, String> {
         force_new_cluster: flags.bool("force-new-cluster"),
         snapshot_count: flags.uint("snapshot-count"),
         max_snapshots: usize::try_from(flags.uint("max-snapshots")).unwrap_or(usize::MAX),
+        max_wals: usize::try_from(flags.uint("max-wals")).unwrap_or(usize::MAX),
+        dedicated_wal_dir: match flags.str("wal-dir") {
+            "" => None,
+            dir => Some(PathBuf::from(dir)),
+        },
         // etcd: 0 is the default (100ms, 10000 operations)
         backend_batch: etcdserver::apply::BackendBatch::new(
             flags.duration("backend-batch-interval"),
@@ -551,22 +556,51 @@ mod tests {
 
     #[test]
     fn no_effect_flags_are_noted_once_and_refused_ones_refused() {
-        let cfg = config(&["--enable-v2=true", "--max-wals", "5"]).unwrap();
+        let cfg = config(&[
+            "--enable-v2=true",
+            "--backend-bbolt-freelist-type",
+            "array",
+        ])
+        .unwrap();
         let flagged: Vec<&str> = cfg
             .notes
             .iter()
             .filter(|n| n.msg == "flag has no effect in oxcd")
             .map(|n| n.fields[0].1.as_str())
             .collect();
-        assert_eq!(flagged, ["--max-wals", "--enable-v2"]);
-        assert!(config(&["--wal-dir", ""]).is_ok());
-        let err = config(&["--wal-dir", "/somewhere"]).unwrap_err();
-        assert!(
-            err.starts_with("--wal-dir is not supported by oxcd"),
-            "{err}"
-        );
-        assert!(config(&["--proxy", "on"]).is_err());
+        assert_eq!(flagged, ["--backend-bbolt-freelist-type", "--enable-v2"]);
+        let err = config(&["--proxy", "on"]).unwrap_err();
+        assert!(err.starts_with("--proxy is not supported by oxcd"), "{err}");
         assert!(config(&["--proxy", "off"]).is_ok());
+    }
+
+    #[test]
+    fn wal_dir_and_max_wals_reach_the_member() {
+        let cfg = config(&[]).unwrap().server;
+        assert_eq!(cfg.dedicated_wal_dir, None);
+        assert_eq!(cfg.wal_dir(), PathBuf::from("default.oxcd/member/wal"));
+        assert_eq!((cfg.max_wals, cfg.max_snapshots), (5, 5));
+        let cfg = config(&[
+            "--data-dir",
+            "/d",
+            "--wal-dir",
+            "/fast/wal",
+            "--max-wals",
+            "0",
+        ])
+        .unwrap();
+        assert!(
+            !cfg.notes.iter().any(|n| n.msg == "flag has no effect in oxcd"),
+            "{:?}",
+            cfg.notes
+        );
+        let cfg = cfg.server;
+        assert_eq!(cfg.dedicated_wal_dir, Some(PathBuf::from("/fast/wal")));
+        assert_eq!(cfg.wal_dir(), PathBuf::from("/fast/wal"));
+        assert_eq!(cfg.max_wals, 0);
+        // --wal-dir '' is the default: member/wal
+        let cfg = config(&["--data-dir", "/d", "--wal-dir", ""]).unwrap().server;
+        assert_eq!(cfg.wal_dir(), PathBuf::from("/d/member/wal"));
     }
 
     #[test]

@@ -319,8 +319,8 @@ fn parse_segment_name(name: &str) -> Option<(u64, u64)> {
 }
 
 impl Wal {
-    /// Whether `dir` holds at least one segment.
-    pub(crate) fn exists(dir: &Path) -> bool {
+    /// Whether `dir` holds at least one segment (etcd's `wal.Exist`).
+    pub fn exists(dir: &Path) -> bool {
         fs::read_dir(dir)
             .map(|rd| {
                 rd.flatten().any(|e| {

@@ -39,7 +39,7 @@ pub(crate) static FLAGS: &[Spec] = &[
     // Member
     flag("name", Str, "default", Some("'default'"), Member, "Human-readable name for this member.", Effective),
     flag("data-dir", Str, "", Some("'${name}.oxcd'"), Member, "Path to the data directory.", Effective),
-    flag("wal-dir", Str, "", Some("''"), Member, "Path to the dedicated wal directory.", Refused("oxcd keeps the WAL in <data-dir>/member/wal; a dedicated WAL directory is not supported yet")),
+    flag("wal-dir", Str, "", Some("''"), Member, "Path to the dedicated wal directory.", Effective),
     flag("snapshot-count", Uint, "100000", Some("'100000'"), Member, "Number of committed transactions to trigger a snapshot to disk.", Effective),
     flag("heartbeat-interval", Uint, "100", Some("'100'"), Member, "Time (in milliseconds) of a heartbeat interval.", Effective),
     flag("election-timeout", Uint, "1000", Some("'1000'"), Member, "Time (in milliseconds) for an election to timeout. See tuning documentation for details.", Effective),
@@ -48,7 +48,7 @@ pub(crate) static FLAGS: &[Spec] = &[
     flag("listen-client-urls", Urls(&[""]), "http://localhost:2379", Some("'http://localhost:2379'"), Member, "List of URLs to listen on for client grpc traffic and http as long as --listen-client-http-urls is not specified.", Effective),
     flag("listen-client-http-urls", Urls(&[""]), "", Some("''"), Member, "List of URLs to listen on for http only client traffic. Enabling this flag removes http services from --listen-client-urls.", Effective),
     flag("max-snapshots", Uint, "5", Some("'5'"), Member, "Maximum number of snapshot files to retain (0 is unlimited).", Effective),
-    flag("max-wals", Uint, "5", Some("'5'"), Member, "Maximum number of wal files to retain (0 is unlimited).", NoEffect("oxcd deletes the WAL segments that a saved snapshot and a durable backend commit cover, keeping none of them")),
+    flag("max-wals", Uint, "5", Some("'5'"), Member, "Maximum number of wal files to retain (0 is unlimited).", Effective),
     flag("quota-backend-bytes", Int, "0", Some("'0'"), Member, "Raise alarms when backend size exceeds the given quota (0 defaults to low space quota).", Effective),
     flag("backend-bbolt-freelist-type", Str, "map", Some("'map'"), Member, "BackendFreelistType specifies the type of freelist that boltdb backend uses(array and map are supported types).", NoEffect("oxcd's backend is redb, which has no bbolt freelist")),
     flag("backend-batch-interval", Duration, "0s", Some("''"), Member, "BackendBatchInterval is the maximum time before commit the backend transaction.", Effective),

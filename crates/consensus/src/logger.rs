@@ -2,8 +2,9 @@
 //! `tracing` event (target `raft`) so raft's lines land in the member's log.
 //!
 //! Lines are prefixed with the member id in hex, as etcd's raft logger does,
-//! so `8e9e05c52164694d became leader at term 2` appears verbatim; the
-//! remaining key-values follow as `key=value`.
+//! so `8e9e05c52164694d became leader at term 2` is the message verbatim;
+//! raft-rs's key-values (often repeating the message's numbers) go in a
+//! `fields` field as `key=value`.
 
 use std::fmt::{self, Write as _};
 
@@ -42,15 +43,26 @@ impl Drain for TracingDrain {
         let _ = record.kv().serialize(record, &mut kv);
         let _ = values.serialize(record, &mut kv);
         let line = match kv.raft_id {
-            Some(id) => format!("{id:x} {}{}", record.msg(), kv.pairs),
-            None => format!("{}{}", record.msg(), kv.pairs),
+            Some(id) => format!("{id:x} {}", record.msg()),
+            None => record.msg().to_string(),
         };
+        let fields = kv.pairs.trim_start();
+        // etcd's raft lines carry "logger":"raft" and no other field
+        macro_rules! log {
+            ($level:ident) => {
+                if fields.is_empty() {
+                    tracing::$level!(target: "raft", logger = "raft", "{line}")
+                } else {
+                    tracing::$level!(target: "raft", logger = "raft", fields, "{line}")
+                }
+            };
+        }
         match record.level() {
-            Level::Critical | Level::Error => tracing::error!(target: "raft", "{line}"),
-            Level::Warning => tracing::warn!(target: "raft", "{line}"),
-            Level::Info => tracing::info!(target: "raft", "{line}"),
-            Level::Debug => tracing::debug!(target: "raft", "{line}"),
-            Level::Trace => tracing::trace!(target: "raft", "{line}"),
+            Level::Critical | Level::Error => log!(error),
+            Level::Warning => log!(warn),
+            Level::Info => log!(info),
+            Level::Debug => log!(debug),
+            Level::Trace => log!(trace),
         }
         Ok(())
     }

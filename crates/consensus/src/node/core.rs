@@ -175,6 +175,11 @@ impl Core {
                 self.raw.report_snapshot(to, status);
             }
             Input::TransferLeader(transferee) => self.raw.transfer_leader(transferee),
+            Input::AdvanceTicks(ticks) => {
+                for _ in 0..ticks {
+                    self.raw.tick();
+                }
+            }
             Input::Step(msg) => {
                 if let Err(e) = self.raw.step(msg) {
                     tracing::debug!(error = %e, "raft: dropped a peer message");
@@ -379,6 +384,7 @@ impl Core {
         let compact_to = index.saturating_sub(self.catch_up_entries);
         if compact_to > self.raw.store().first_index()? {
             self.raw.mut_store().wl().compact(compact_to)?;
+            tracing::info!("compact-index" = compact_to, "compacted Raft logs");
         }
         self.snapshot_index = index;
         self.conf_history.release_below(index);

@@ -386,7 +386,8 @@ impl Node {
         let path = self.save_snapshot(&snapshot)?;
         self.core.snapshot_saved(index)?;
         self.wal.release_to(index)?;
-        tracing::info!(index, term, file = %path.display(), "raft: saved snapshot and released WAL");
+        // etcd's line, with the term and file besides
+        tracing::info!("snapshot-index" = index, term, file = %path.display(), "saved snapshot");
         Ok(())
     }
 
@@ -436,7 +437,10 @@ impl Node {
                 Input::Progress { reply } => {
                     let _ = reply.send(None);
                 }
-                Input::Step(_) | Input::ReportSnapshot { .. } | Input::TransferLeader(_) => {}
+                Input::Step(_)
+                | Input::ReportSnapshot { .. }
+                | Input::TransferLeader(_)
+                | Input::AdvanceTicks(_) => {}
             }
         }
         self.core.stop();

@@ -367,6 +367,7 @@ impl Store {
                 .get_or_insert_with(std::time::Instant::now);
             let started = std::time::Instant::now();
             let dropped = state.tree.compact(revision);
+            tracing::info!(revision, "compact tree index");
             if let Some(observer) = self.compaction_observer.get() {
                 observer.index_compacted(started.elapsed());
             }
@@ -418,6 +419,7 @@ impl Store {
         // on their own; here both go in the next batch's one transaction,
         // so etcd's two pairs of compaction failpoints fire around it.
         let compacts = pending.compact_revision.is_some();
+        let compact_revision = pending.compact_revision;
         if compacts {
             crate::fail_point!("compactBeforeCommitScheduledCompact");
             crate::fail_point!("compactBeforeCommitBatch");
@@ -438,12 +440,15 @@ impl Store {
         if let Some(observer) = self.commit_observer.get() {
             observer(started.elapsed());
         }
-        if compacts {
+        let compacted_since = if compacts {
             let since = self.compacting_since.lock().take();
             if let (Some(observer), Some(since)) = (self.compaction_observer.get(), since) {
                 observer.db_compacted(started.elapsed(), since.elapsed());
             }
-        }
+            since
+        } else {
+            None
+        };
         crate::fail_point!("afterCommit");
         if compacts {
             crate::fail_point!("compactAfterCommitScheduledCompact");
@@ -464,6 +469,19 @@ impl Store {
         if durable {
             self.durable_consistent_index
                 .store(consistent_index, Ordering::Release);
+        }
+        if let (Some(revision), Some(since)) = (compact_revision, compacted_since) {
+            let (size, in_use) = (self.db_size().max(0), self.db_size_in_use().max(0));
+            // etcd's line; its compaction hash is logged as "storing new hash"
+            tracing::info!(
+                "compact-revision" = revision,
+                took = ?since.elapsed(),
+                "current-db-size-bytes" = size,
+                "current-db-size" = %crate::snapshot_file::humanize_bytes(size as u64),
+                "current-db-size-in-use-bytes" = in_use,
+                "current-db-size-in-use" = %crate::snapshot_file::humanize_bytes(in_use as u64),
+                "finished scheduled compaction"
+            );
         }
         Ok(())
     }

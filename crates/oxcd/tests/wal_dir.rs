@@ -27,6 +27,16 @@ fn etcdctl(endpoint: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs `oxctl` in process: its output, or its error.
+fn oxctl(args: &[&str]) -> Result<String, String> {
+    let mut out = Vec::new();
+    let argv = std::iter::once("oxctl").chain(args.iter().copied());
+    match oxctl::run(argv, &mut out) {
+        Ok(()) => Ok(String::from_utf8(out).expect("utf-8 output")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 fn put_keys(m: &Process, prefix: &str, n: usize) {
     for i in 0..n {
         etcdctl(m.host_port(), &["put", &format!("{prefix}{i:03}"), "v"]);
@@ -172,24 +182,51 @@ fn a_member_with_wal_dir_keeps_its_log_there_restarts_from_it_and_nowhere_else()
     assert_eq!(keys_and_revision(&m).0, keys);
     stop(&mut m);
 
+    // the offline tools read the WAL from the --wal-dir too
+    let data_flag = data.to_str().unwrap();
+    let checked = oxctl(&["check", "--data-dir", data_flag, "--wal-dir", wal_flag]).unwrap();
+    assert!(checked.contains("ok: a start replays"), "{checked}");
+    assert!(oxctl(&["check", "--data-dir", data_flag]).is_err());
+    let backup = tmp.path().join("backup");
+    let backup_wal = tmp.path().join("backup-wal");
+    oxctl(&[
+        "backup",
+        "--data-dir",
+        data_flag,
+        "--wal-dir",
+        wal_flag,
+        "--backup-dir",
+        backup.to_str().unwrap(),
+        "--backup-wal-dir",
+        backup_wal.to_str().unwrap(),
+    ])
+    .unwrap();
+    assert!(!backup.join("member/wal").exists());
+    let mut m = Process::start_oxcd(
+        &testkit::oxcd_bin(),
+        &backup,
+        &[
+            "--wal-dir",
+            backup_wal.to_str().unwrap(),
+            "--force-new-cluster",
+        ],
+    );
+    assert_eq!(keys_and_revision(&m), (keys.clone(), revision));
+    stop(&mut m);
+
     // oxctl snapshot restore --wal-dir: a member started with the same
     // --wal-dir starts from it and serves the keys
     let restored = tmp.path().join("restored");
     let restored_wal = tmp.path().join("restored-wal");
-    let mut out = Vec::new();
-    oxctl::run(
-        [
-            "oxctl",
-            "snapshot",
-            "restore",
-            snapshot.to_str().unwrap(),
-            "--data-dir",
-            restored.to_str().unwrap(),
-            "--wal-dir",
-            restored_wal.to_str().unwrap(),
-        ],
-        &mut out,
-    )
+    oxctl(&[
+        "snapshot",
+        "restore",
+        snapshot.to_str().unwrap(),
+        "--data-dir",
+        restored.to_str().unwrap(),
+        "--wal-dir",
+        restored_wal.to_str().unwrap(),
+    ])
     .unwrap();
     assert!(!restored.join("member/wal").exists());
     let mut m = Process::start_oxcd(
@@ -317,4 +354,48 @@ fn max_wals_purges_released_segments_beyond_it_and_zero_keeps_them_all() {
     let (keys, _) = keys_and_revision(&m);
     assert_eq!(keys.len(), 20);
     stop(&mut m);
+}
+
+/// The runbook for an etcd 3.5.16 member with a dedicated WAL dir: stopped,
+/// migrated with its --wal-dir, started as oxcd with etcd's flags (the
+/// same --wal-dir, where oxcd's WAL now is; etcd's is kept beside it).
+#[test]
+fn an_etcd_member_with_wal_dir_is_migrated_and_starts_with_the_same_flags() {
+    const ETCD: &str = "/opt/etcd-3.5.16/etcd";
+    if !Path::new(ETCD).exists() {
+        eprintln!("skipped: {ETCD} is not installed");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("etcd");
+    let wal = tmp.path().join("etcd-wal");
+    let wal_flag = wal.to_str().unwrap();
+    let mut etcd =
+        testkit::start_reference_etcd_with(ETCD, &data, "http", &["--wal-dir", wal_flag])
+            .expect("etcd 3.5.16");
+    put_keys(&etcd, "e", 5);
+    let (keys, revision) = keys_and_revision(&etcd);
+    // etcd re-raises SIGTERM once stopped: the status says signal 15
+    etcd.terminate(Duration::from_secs(20)).expect("etcd stops");
+    assert!(!data.join("member/wal").exists(), "etcd's layout");
+
+    let report = oxctl(&[
+        "migrate",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--wal-dir",
+        wal_flag,
+    ])
+    .unwrap();
+    assert!(
+        report.contains("start oxcd with the same --wal-dir"),
+        "{report}"
+    );
+    let kept = tmp.path().join("etcd-wal.etcd");
+    assert!(!segments(&kept).is_empty(), "etcd's WAL is kept");
+    let mut m = Process::start_oxcd(&testkit::oxcd_bin(), &data, &["--wal-dir", wal_flag]);
+    assert!(m.log_text().contains("restarting local member"));
+    assert_eq!(keys_and_revision(&m), (keys, revision));
+    stop(&mut m);
+    assert!(!data.join("member/wal").exists());
 }

@@ -1,5 +1,7 @@
-//! `oxctl backup --data-dir D --backup-dir B`: etcdutl's legacy offline
-//! backup, for a stopped oxcd member. The copy is a data dir for a member
+//! `oxctl backup --data-dir D --backup-dir B [--wal-dir W]
+//! [--backup-wal-dir BW]`: etcdutl's legacy offline backup, for a stopped
+//! oxcd member (its WAL read from W when it has a dedicated WAL dir, the
+//! copy's written to BW when given). The copy is a data dir for a member
 //! of no cluster yet, meant to be started with `--force-new-cluster`:
 //!
 //! - the backend, copied consistently, with its membership replaced by one
@@ -55,8 +57,31 @@ pub struct BackedUp {
     pub emptied: usize,
 }
 
-/// Backs up the stopped member of `data_dir` into `backup_dir`.
-pub fn backup(data_dir: &Path, backup_dir: &Path, with_v3: bool) -> Result<BackedUp, CliError> {
+/// Where a backup is read from and written to (etcdutl backup's flags).
+pub struct BackupDirs<'a> {
+    /// `--data-dir`.
+    pub data_dir: &'a Path,
+    /// `--wal-dir`: the member's dedicated WAL dir; None: `member/wal`.
+    pub wal_dir: Option<&'a Path>,
+    /// `--backup-dir`.
+    pub backup_dir: &'a Path,
+    /// `--backup-wal-dir`: the copy's WAL dir; None: the copy's
+    /// `member/wal`.
+    pub backup_wal_dir: Option<&'a Path>,
+}
+
+/// The staging dir for `dir`: `.<name>.backing-up` beside it (a rename
+/// into place never crosses file systems).
+fn staging_beside(dir: &Path) -> std::path::PathBuf {
+    let name = dir
+        .file_name()
+        .map_or_else(|| "wal".into(), |n| n.to_string_lossy().into_owned());
+    dir.with_file_name(format!(".{name}.backing-up"))
+}
+
+/// Backs up the stopped member of `dirs.data_dir` into `dirs.backup_dir`.
+pub fn backup(dirs: &BackupDirs, with_v3: bool) -> Result<BackedUp, CliError> {
+    let (data_dir, backup_dir) = (dirs.data_dir, dirs.backup_dir);
     if !with_v3 {
         return Err(failed(
             "--with-v3=false backs up only etcd's v2 store, which oxcd does not keep",
@@ -80,8 +105,16 @@ pub fn backup(data_dir: &Path, backup_dir: &Path, with_v3: bool) -> Result<Backe
     if dest_member.exists() {
         return Err(failed(format!("{} exists", dest_member.display())));
     }
-    let contents = consensus::wal::Wal::read(&member.join("wal"))
-        .map_err(|e| failed(format!("WAL in {}: {e}", member.join("wal").display())))?;
+    if let Some(dest_wal) = dirs.backup_wal_dir {
+        if consensus::wal::Wal::exists(dest_wal) {
+            return Err(failed(format!("{} holds a WAL", dest_wal.display())));
+        }
+    }
+    let wal_dir = dirs
+        .wal_dir
+        .map_or_else(|| member.join("wal"), Path::to_path_buf);
+    let contents = consensus::wal::Wal::read(&wal_dir)
+        .map_err(|e| failed(format!("WAL in {}: {e}", wal_dir.display())))?;
     let snapshot = consensus::snap::load_newest(&member.join("snap"))
         .map_err(|e| failed(format!("snapshot files in {}: {e}", member.display())))?;
     let base_index = snapshot.as_ref().map_or(0, |s| s.get_metadata().index);
@@ -90,6 +123,12 @@ pub fn backup(data_dir: &Path, backup_dir: &Path, with_v3: bool) -> Result<Backe
     let staging = backup_dir.join(".member.backing-up");
     let _ = std::fs::remove_dir_all(&staging);
     consensus::fileutil::create_private_dir_all(&staging.join("snap"))?;
+    let staged_wal = dirs
+        .backup_wal_dir
+        .map_or_else(|| staging.join("wal"), staging_beside);
+    if dirs.backup_wal_dir.is_some() {
+        let _ = std::fs::remove_dir_all(&staged_wal);
+    }
     let result = (|| -> Result<BackedUp, CliError> {
         let store = mvcc::Store::open(&db).map_err(|e| {
             failed(format!(
@@ -170,7 +209,7 @@ pub fn backup(data_dir: &Path, backup_dir: &Path, with_v3: bool) -> Result<Backe
             .min(entries.last().map_or(base_index, |e| e.index));
         consensus::import_log(
             &staging,
-            &staging.join("wal"),
+            &staged_wal,
             consensus::wal::Metadata {
                 node_id: member_id,
                 cluster_id,
@@ -181,7 +220,7 @@ pub fn backup(data_dir: &Path, backup_dir: &Path, with_v3: bool) -> Result<Backe
             &hard_state,
         )
         .map_err(|e| failed(format!("cannot write the raft log: {e}")))?;
-        for dir in [staging.join("snap"), staging.join("wal"), staging.clone()] {
+        for dir in [staging.join("snap"), staged_wal.clone(), staging.clone()] {
             std::fs::File::open(&dir)?.sync_all()?;
         }
         Ok(BackedUp {
@@ -191,15 +230,29 @@ pub fn backup(data_dir: &Path, backup_dir: &Path, with_v3: bool) -> Result<Backe
             emptied,
         })
     })();
-    match result {
-        Ok(done) => {
-            std::fs::rename(&staging, &dest_member)?;
-            std::fs::File::open(backup_dir)?.sync_all()?;
-            Ok(done)
+    let result = result.and_then(|done| {
+        if let Some(dest_wal) = dirs.backup_wal_dir {
+            std::fs::rename(&staged_wal, dest_wal)?;
+            sync_parent(dest_wal)?;
         }
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&staging);
-            Err(e)
+        std::fs::rename(&staging, &dest_member)?;
+        std::fs::File::open(backup_dir)?.sync_all()?;
+        Ok(done)
+    });
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+        if dirs.backup_wal_dir.is_some() {
+            let _ = std::fs::remove_dir_all(&staged_wal);
         }
     }
+    result
+}
+
+fn sync_parent(path: &Path) -> Result<(), CliError> {
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::File::open(parent)?.sync_all()?;
+    Ok(())
 }

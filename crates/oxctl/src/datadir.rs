@@ -63,13 +63,14 @@ pub fn hashkv(data_dir: &Path, rev: i64, format: OutputFormat) -> Result<String,
     })
 }
 
-/// `oxctl check --data-dir` (beyond etcdutl): reads the WAL through (every
+/// `oxctl check --data-dir [--wal-dir]` (beyond etcdutl): reads the WAL
+/// (in `member/wal`, or the member's dedicated `wal_dir`) through (every
 /// record's CRC), opens the backend (every record's checksum is checked
 /// as the index is rebuilt) and tells what a start would do: the entries
 /// it would replay above the backend's consistent index, or why it would
 /// refuse to start.
-pub fn check(data_dir: &Path) -> Result<String, CliError> {
-    let wal_dir = data_dir.join("member").join("wal");
+pub fn check(data_dir: &Path, wal_dir: Option<&Path>) -> Result<String, CliError> {
+    let wal_dir = wal_dir.map_or_else(|| data_dir.join("member").join("wal"), Path::to_path_buf);
     let contents = consensus::wal::Wal::read(&wal_dir)
         .map_err(|e| CliError::Failed(format!("WAL in {}: {e}", wal_dir.display())))?;
     let store = open_store(data_dir)?;

@@ -103,6 +103,9 @@ enum Command {
     Check {
         #[arg(long)]
         data_dir: PathBuf,
+        /// The member's dedicated WAL directory (its --wal-dir), if any.
+        #[arg(long)]
+        wal_dir: Option<PathBuf>,
     },
     /// Converts a stopped etcd 3.4 or 3.5 member's data dir into an oxcd data
     /// dir for the same member, in place; etcd's files are kept in
@@ -111,8 +114,9 @@ enum Command {
         /// Data directory of the etcd member (stop etcd first).
         #[arg(long)]
         data_dir: PathBuf,
-        /// etcd's dedicated WAL directory, if it had one (read only; oxcd's
-        /// WAL goes to member/wal).
+        /// etcd's dedicated WAL directory, if it had one: oxcd's WAL takes
+        /// its place (start oxcd with the same --wal-dir), etcd's is kept
+        /// beside it as <wal-dir>.etcd.
         #[arg(long)]
         wal_dir: Option<PathBuf>,
     },
@@ -125,6 +129,13 @@ enum Command {
         /// Path to the backup dir.
         #[arg(long)]
         backup_dir: PathBuf,
+        /// Path to the member's WAL dir (its --wal-dir, if it has one).
+        #[arg(long)]
+        wal_dir: Option<PathBuf>,
+        /// Path to the backup's WAL dir (default: the backup dir's
+        /// member/wal).
+        #[arg(long)]
+        backup_wal_dir: Option<PathBuf>,
         /// Backup v3 backend data.
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
         with_v3: bool,
@@ -188,13 +199,23 @@ where
         Command::Hashkv { data_dir, rev } => {
             out.write_all(datadir::hashkv(&data_dir, rev, cli.write_out)?.as_bytes())?
         }
-        Command::Check { data_dir } => out.write_all(datadir::check(&data_dir)?.as_bytes())?,
+        Command::Check { data_dir, wal_dir } => {
+            out.write_all(datadir::check(&data_dir, wal_dir.as_deref())?.as_bytes())?
+        }
         Command::Backup {
             data_dir,
             backup_dir,
+            wal_dir,
+            backup_wal_dir,
             with_v3,
         } => {
-            let done = backup::backup(&data_dir, &backup_dir, with_v3)?;
+            let dirs = backup::BackupDirs {
+                data_dir: &data_dir,
+                wal_dir: wal_dir.as_deref(),
+                backup_dir: &backup_dir,
+                backup_wal_dir: backup_wal_dir.as_deref(),
+            };
+            let done = backup::backup(&dirs, with_v3)?;
             out.write_all(
                 format!(
                     "backed up {} to {} as member {:x} of cluster {:x} ({} entries, {} membership entries emptied); \

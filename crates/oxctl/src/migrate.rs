@@ -9,7 +9,8 @@
 //!   the backend holds) and the membership (`members`, `members_removed`;
 //!   when those are empty, the v2 store of the newest raft snapshot, as
 //!   etcd 3.5's start reads it).
-//! * `member/wal` and `member/snap/*.snap` ([`crate::etcd_dir`]): the
+//! * `member/wal` (or etcd's `--wal-dir`) and `member/snap/*.snap`
+//!   ([`crate::etcd_dir`]): the
 //!   member and cluster IDs, the hard state, and the entries above the
 //!   snapshot.
 //!
@@ -38,9 +39,13 @@
 //!
 //! The new `member/` is built as `member.oxcd-migrating/` beside etcd's,
 //! synced, then etcd's `member/` is renamed `member.etcd/` (its files are
-//! never written) and the new one renamed `member/`. A crash between the
-//! two renames is finished by running migrate again. Rolling back: stop
-//! oxcd, `rm -r DIR/member && mv DIR/member.etcd DIR/member`, start etcd.
+//! never written) and the new one renamed `member/`. A member with a
+//! dedicated `--wal-dir W` gets oxcd's WAL in W (built as
+//! `W.oxcd-migrating` beside it, swapped in after `member/`, etcd's kept
+//! as `W.etcd`), so that oxcd starts with etcd's flags. A crash between
+//! the renames is finished by running migrate again (with the same
+//! `--wal-dir`). Rolling back: stop oxcd, `rm -r DIR/member && mv
+//! DIR/member.etcd DIR/member` (and `rm -r W && mv W.etcd W`), start etcd.
 //! etcd must be stopped: migrate refuses while a process holds etcd's lock
 //! on the backend file.
 
@@ -61,6 +66,7 @@ use crate::CliError;
 /// Where etcd's `member/` goes once the oxcd one is in place.
 pub const ETCD_KEPT: &str = "member.etcd";
 const STAGING: &str = "member.oxcd-migrating";
+const STAGING_SUFFIX: &str = ".oxcd-migrating";
 
 fn failed(msg: impl Into<String>) -> CliError {
     CliError::Failed(msg.into())
@@ -423,6 +429,8 @@ fn convert_conf_change(
 /// What migrate did, for its report.
 #[derive(Debug)]
 pub struct Migrated {
+    /// etcd's dedicated WAL dir, now oxcd's (etcd's kept beside it).
+    pub wal_dir: Option<PathBuf>,
     pub member_id: u64,
     pub cluster_id: u64,
     pub consistent_index: u64,
@@ -435,6 +443,40 @@ pub struct Migrated {
 fn sync_dir(dir: &Path) -> Result<(), CliError> {
     fs::File::open(dir)?.sync_all()?;
     Ok(())
+}
+
+/// `dir`'s sibling named `<name><suffix>`.
+fn beside(dir: &Path, suffix: &str) -> PathBuf {
+    let name = dir
+        .file_name()
+        .map_or_else(|| "wal".into(), |n| n.to_string_lossy().into_owned());
+    dir.with_file_name(format!("{name}{suffix}"))
+}
+
+/// Where etcd's dedicated WAL dir goes once oxcd's is in its place.
+pub fn kept_wal_dir(wal_dir: &Path) -> PathBuf {
+    beside(wal_dir, ".etcd")
+}
+
+/// Where oxcd's WAL for a dedicated WAL dir is built: beside it, on its
+/// file system (a rename does not cross file systems).
+fn staged_wal_dir(wal_dir: &Path) -> PathBuf {
+    beside(wal_dir, STAGING_SUFFIX)
+}
+
+/// Puts oxcd's staged WAL in place of etcd's dedicated one, keeping
+/// etcd's as [`kept_wal_dir`]; resumes a swap a crash cut short.
+fn swap_wal_dirs(wal_dir: &Path) -> Result<(), CliError> {
+    let kept = kept_wal_dir(wal_dir);
+    if wal_dir.exists() && !kept.exists() {
+        fs::rename(wal_dir, &kept)?;
+    }
+    fs::rename(staged_wal_dir(wal_dir), wal_dir)?;
+    let parent = wal_dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    sync_dir(parent)
 }
 
 /// Holds etcd's lock on its backend file for as long as it lives, so that
@@ -458,15 +500,25 @@ fn lock_backend(db: &Path) -> Result<BackendLock, CliError> {
 
 /// Converts the etcd member in `data_dir` (see the module doc).
 /// `etcd_wal_dir`: etcd's `--wal-dir` when it had one (None:
-/// `member/wal`); it is only read, and oxcd's WAL goes to `member/wal`.
+/// `member/wal`); oxcd's WAL then takes its place, so that oxcd starts
+/// with the same `--wal-dir`, and etcd's is kept as `<wal-dir>.etcd`.
 pub fn migrate(data_dir: &Path, etcd_wal_dir: Option<&Path>) -> Result<Migrated, CliError> {
     let member = data_dir.join("member");
     let kept = data_dir.join(ETCD_KEPT);
     let staging = data_dir.join(STAGING);
+    let dedicated = etcd_wal_dir.filter(|w| *w != member.join("wal"));
+    // a crash between the renames: the staged dirs are complete
+    let mut finished = false;
     if !member.exists() && kept.exists() && staging.exists() {
-        // a crash between the two renames: the staged dir is complete
         fs::rename(&staging, &member)?;
         sync_dir(data_dir)?;
+        finished = true;
+    }
+    if let Some(wal_dir) = dedicated.filter(|w| kept.exists() && staged_wal_dir(w).exists()) {
+        swap_wal_dirs(wal_dir)?;
+        finished = true;
+    }
+    if finished {
         return Err(failed(format!(
             "{} was migrated already (an interrupted run, finished now); etcd's files are in {}",
             data_dir.display(),
@@ -492,11 +544,13 @@ pub fn migrate(data_dir: &Path, etcd_wal_dir: Option<&Path>) -> Result<Migrated,
             format!("{} is not an etcd (bbolt) backend", db.display())
         }));
     }
-    if kept.exists() {
-        return Err(failed(format!(
-            "{} exists: remove it (an earlier migration's etcd files) before migrating again",
-            kept.display()
-        )));
+    for kept in std::iter::once(kept.clone()).chain(dedicated.map(kept_wal_dir)) {
+        if kept.exists() {
+            return Err(failed(format!(
+                "{} exists: remove it (an earlier migration's etcd files) before migrating again",
+                kept.display()
+            )));
+        }
     }
     if !etcd_dir::is_etcd_wal(&wal_dir) {
         return Err(failed(format!(
@@ -517,24 +571,37 @@ pub fn migrate(data_dir: &Path, etcd_wal_dir: Option<&Path>) -> Result<Migrated,
     let (base_members, removed) = base_membership(&backend, &log)?;
     let plan = plan(&backend, &log, base_members, removed)?;
 
+    let staged_wal = dedicated.map_or_else(|| staging.join("wal"), staged_wal_dir);
     let _ = fs::remove_dir_all(&staging);
-    let result = write_member(&db, &log, &plan, &staging).and_then(|revision| {
+    if dedicated.is_some() {
+        let _ = fs::remove_dir_all(&staged_wal);
+    }
+    let result = write_member(&db, &log, &plan, &staging, &staged_wal).and_then(|revision| {
         sync_dir(data_dir)?;
         fs::rename(&member, &kept)?;
         fs::rename(&staging, &member)?;
         sync_dir(data_dir)?;
+        if let Some(wal_dir) = dedicated {
+            swap_wal_dirs(wal_dir)?;
+        }
         Ok(revision)
     });
     let revision = match result {
         Ok(r) => r,
         Err(e) => {
-            if member.exists() {
+            // before etcd's member was set aside, nothing is kept; after,
+            // the staged dirs finish the run when migrate runs again
+            if !kept.exists() {
                 let _ = fs::remove_dir_all(&staging);
+                if dedicated.is_some() {
+                    let _ = fs::remove_dir_all(&staged_wal);
+                }
             }
             return Err(e);
         }
     };
     Ok(Migrated {
+        wal_dir: dedicated.map(Path::to_path_buf),
         member_id: log.node_id,
         cluster_id: log.cluster_id,
         consistent_index: plan.consistent_index,
@@ -676,8 +743,15 @@ fn plan(
     })
 }
 
-/// Writes the oxcd member dir at `staging`; the revision it holds.
-fn write_member(db: &Path, log: &EtcdLog, plan: &Plan, staging: &Path) -> Result<i64, CliError> {
+/// Writes the oxcd member dir at `staging` and its WAL at `staged_wal`;
+/// the revision it holds.
+fn write_member(
+    db: &Path,
+    log: &EtcdLog,
+    plan: &Plan,
+    staging: &Path,
+    staged_wal: &Path,
+) -> Result<i64, CliError> {
     let snap_dir = staging.join("snap");
     consensus::fileutil::create_private_dir_all(&snap_dir)?;
     let records: Vec<(u64, Vec<u8>)> = plan
@@ -697,7 +771,7 @@ fn write_member(db: &Path, log: &EtcdLog, plan: &Plan, staging: &Path) -> Result
     .map_err(|e| failed(format!("cannot import {}: {e}", db.display())))?;
     consensus::import_log(
         staging,
-        &staging.join("wal"),
+        staged_wal,
         consensus::wal::Metadata {
             node_id: log.node_id,
             cluster_id: log.cluster_id,
@@ -709,7 +783,7 @@ fn write_member(db: &Path, log: &EtcdLog, plan: &Plan, staging: &Path) -> Result
     )
     .map_err(|e| failed(format!("cannot write the raft log: {e}")))?;
     sync_dir(&snap_dir)?;
-    sync_dir(&staging.join("wal"))?;
+    sync_dir(staged_wal)?;
     sync_dir(staging)?;
     Ok(summary.revision)
 }
@@ -717,10 +791,9 @@ fn write_member(db: &Path, log: &EtcdLog, plan: &Plan, staging: &Path) -> Result
 /// migrate's report: what it did and how to go back.
 pub fn report(data_dir: &Path, m: &Migrated) -> String {
     let kept: PathBuf = data_dir.join(ETCD_KEPT);
-    format!(
+    let mut out = format!(
         "migrated etcd member {:x} of cluster {:x} ({} members) to oxcd in {}\n\
-         backend: revision {}, consistent index {}; the WAL's last entry {}: a start applies {} committed entries\n\
-         etcd's files are kept in {}; to go back: rm -r {}/member && mv {} {}/member\n",
+         backend: revision {}, consistent index {}; the WAL's last entry {}: a start applies {} committed entries\n",
         m.member_id,
         m.cluster_id,
         m.members,
@@ -729,11 +802,34 @@ pub fn report(data_dir: &Path, m: &Migrated) -> String {
         m.consistent_index,
         m.last_index,
         m.replayed,
-        kept.display(),
-        data_dir.display(),
-        kept.display(),
-        data_dir.display(),
-    )
+    );
+    match &m.wal_dir {
+        None => out.push_str(&format!(
+            "etcd's files are kept in {}; to go back: rm -r {}/member && mv {} {}/member\n",
+            kept.display(),
+            data_dir.display(),
+            kept.display(),
+            data_dir.display(),
+        )),
+        Some(wal_dir) => {
+            let kept_wal = kept_wal_dir(wal_dir);
+            out.push_str(&format!(
+                "oxcd's WAL is in {} (start oxcd with the same --wal-dir)\n\
+                 etcd's files are kept in {} and {}; to go back: rm -r {}/member && mv {} {}/member \
+                 && rm -r {} && mv {} {}\n",
+                wal_dir.display(),
+                kept.display(),
+                kept_wal.display(),
+                data_dir.display(),
+                kept.display(),
+                data_dir.display(),
+                wal_dir.display(),
+                kept_wal.display(),
+                wal_dir.display(),
+            ));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -1023,7 +1119,23 @@ mod tests {
             assert_eq!((m.consistent_index, m.last_index, m.replayed), (2, 4, 2));
             // etcd's files are kept as they were
             assert!(data.join("member.etcd/snap/db").exists());
-            assert!(segment.exists());
+            let kept_segment = match wal_dir {
+                // etcd's dedicated WAL dir is set aside for oxcd's
+                Some(w) => kept_wal_dir(w).join(segment.file_name().unwrap()),
+                None => data
+                    .join("member.etcd/wal")
+                    .join(segment.file_name().unwrap()),
+            };
+            assert!(kept_segment.exists());
+            let report = report(&data, &m);
+            if let Some(w) = wal_dir {
+                assert!(report.contains(&format!(
+                    "&& rm -r {} && mv {} {}",
+                    w.display(),
+                    kept_wal_dir(w).display(),
+                    w.display()
+                )));
+            }
             // the backend: applied up to 2, the member from its bucket
             let store = mvcc::Store::open(&data.join("member/snap/db")).unwrap();
             assert_eq!((store.current_revision(), store.consistent_index()), (2, 2));
@@ -1031,7 +1143,10 @@ mod tests {
             assert_eq!(membership::decode(&members[&0x10]).unwrap().name, "e");
             drop(store);
             // the log: the same identity, 3 as it was, 4 as oxcd's publish
-            let wal = consensus::wal::Wal::read(&data.join("member/wal")).unwrap();
+            // oxcd's WAL: where etcd's was, for a start with etcd's flags
+            let oxcd_wal = wal_dir.map_or_else(|| data.join("member/wal"), Path::to_path_buf);
+            assert_eq!(data.join("member/wal").exists(), !separate_wal);
+            let wal = consensus::wal::Wal::read(&oxcd_wal).unwrap();
             assert_eq!(
                 (wal.metadata.node_id, wal.metadata.cluster_id),
                 (0x10, 0x20)
@@ -1050,6 +1165,39 @@ mod tests {
             assert_eq!(base.get_metadata().index, 2);
             assert_eq!(base.get_metadata().get_conf_state().voters, [0x10]);
         }
+    }
+
+    #[test]
+    fn an_interrupted_migration_with_a_wal_dir_is_finished_by_running_it_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let wal = dir.path().join("wal");
+        let segment = etcd_member(&data, Some(&wal));
+        let name = segment.file_name().unwrap().to_owned();
+        migrate(&data, Some(&wal)).unwrap();
+        let oxcd_segment = fs::read(wal.join(&name)).unwrap();
+        let etcd_segment = fs::read(kept_wal_dir(&wal).join(&name)).unwrap();
+        assert_ne!(oxcd_segment, etcd_segment);
+        let staged = staged_wal_dir(&wal);
+        // a crash before the WAL dirs were swapped, then one between the
+        // two renames of the swap
+        for etcd_set_aside in [false, true] {
+            fs::rename(&wal, &staged).unwrap();
+            if !etcd_set_aside {
+                fs::rename(kept_wal_dir(&wal), &wal).unwrap();
+            }
+            let e = migrate(&data, Some(&wal)).unwrap_err().to_string();
+            assert!(e.contains("an interrupted run, finished now"), "{e}");
+            assert_eq!(fs::read(wal.join(&name)).unwrap(), oxcd_segment);
+            assert_eq!(
+                fs::read(kept_wal_dir(&wal).join(&name)).unwrap(),
+                etcd_segment
+            );
+            assert!(!staged.exists());
+        }
+        // a finished one is not migrated again
+        let e = migrate(&data, Some(&wal)).unwrap_err().to_string();
+        assert!(e.contains("is an oxcd data dir already"), "{e}");
     }
 
     #[test]

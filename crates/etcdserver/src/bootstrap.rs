@@ -259,6 +259,12 @@ pub struct Identity {
 
 /// The members named by `--initial-cluster`, with etcd's IDs.
 pub(crate) fn initial_members(cfg: &ServerConfig) -> Result<Vec<MemberInfo>, StartError> {
+    // etcd's NewURLsMap("") is an empty map: a discovery flag without its
+    // answer (`--discovery-srv-name` alone) clears --initial-cluster, and
+    // the member is then not found in it
+    if cfg.initial_cluster.trim().is_empty() {
+        return Ok(Vec::new());
+    }
     let cluster =
         membership::parse_initial_cluster(&cfg.initial_cluster).map_err(StartError::Config)?;
     Ok(cluster
@@ -302,6 +308,9 @@ pub fn identity(cfg: &ServerConfig) -> Result<Identity, StartError> {
             match by_url.iter().find(|m| m.id == *voter) {
                 Some(m) => members.push(m.clone()),
                 None if *voter == meta.node_id => {}
+                // a discovery bootstrap leaves --initial-cluster empty:
+                // the backend's members table has them (known_members)
+                None if by_url.is_empty() => {}
                 None => tracing::warn!(member = %format!("{voter:x}"),
                     "peer URLs of a member are unknown: --initial-cluster does not name it"),
             }
@@ -351,6 +360,14 @@ pub fn identity(cfg: &ServerConfig) -> Result<Identity, StartError> {
         voters,
         restarted: false,
     })
+}
+
+/// etcd's `isMemberInitialized`: the WAL dir exists and holds a file. An
+/// initialized member takes its cluster from its data dir, never from
+/// `--initial-cluster` or a discovery (DNS SRV records are not asked).
+pub fn is_member_initialized(cfg: &ServerConfig) -> bool {
+    let wal_dir = cfg.wal_dir();
+    std::fs::read_dir(wal_dir).is_ok_and(|mut entries| entries.next().is_some())
 }
 
 /// Whether this member joins a running cluster: a new data dir (no WAL)

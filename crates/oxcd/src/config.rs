@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use embed::ServerConfig;
 
+use crate::discovery_srv::DiscoverySrv;
 use crate::flags::{self, Effect, Flags, Level, Note};
 
 /// etcd's maxElectionMs.
@@ -27,6 +28,9 @@ const MAX_SAMPLING_RATE_PER_MILLION: i64 = 1_000_000;
 pub struct Config {
     pub server: ServerConfig,
     pub notes: Vec<Note>,
+    /// `--discovery-srv`: the initial cluster is to come from DNS SRV
+    /// records (`DiscoverySrv::bootstrap`, which asks the network).
+    pub discovery_srv: Option<DiscoverySrv>,
 }
 
 /// The configuration `flags` ask for, or etcd's error for them.
@@ -37,6 +41,9 @@ pub fn config_from(flags: &Flags) -> Result<Config, String> {
         ));
     }
     let mut notes = Vec::new();
+    // etcd's own checks first: what etcd refuses, oxcd refuses in etcd's
+    // words (`--discovery` with `--initial-cluster` is etcd's conflict)
+    validate(flags, &mut notes)?;
     for spec in flags::specs() {
         if !flags.is_set(spec.name) {
             continue;
@@ -62,14 +69,19 @@ pub fn config_from(flags: &Flags) -> Result<Config, String> {
             }
         }
     }
-    validate(flags, &mut notes)?;
     let name = flags.str("name").to_string();
     let advertise_peer = flags.list("initial-advertise-peer-urls").to_vec();
     let initial_cluster = flags.str("initial-cluster").to_string();
+    let discovery = ["discovery", "discovery-srv", "discovery-srv-name"]
+        .iter()
+        .any(|name| !flags.str(name).is_empty());
     // etcd's default initial cluster names the member by --name; a config
     // file keeps embed.NewConfig's, named "default"
     let initial_cluster = if flags.is_set("initial-cluster") || flags.loaded_from_file() {
         initial_cluster
+    } else if discovery {
+        // etcdmain: a discovery flag clears the default initial cluster
+        String::new()
     } else {
         advertise_peer
             .iter()
@@ -162,7 +174,18 @@ pub fn config_from(flags: &Flags) -> Result<Config, String> {
         },
         ..ServerConfig::default()
     };
-    Ok(Config { server, notes })
+    let discovery_srv = match flags.str("discovery-srv") {
+        "" => None,
+        domain => Some(DiscoverySrv {
+            domain: domain.to_string(),
+            service_name: flags.str("discovery-srv-name").to_string(),
+        }),
+    };
+    Ok(Config {
+        server,
+        notes,
+        discovery_srv,
+    })
 }
 
 /// A Go duration as the compactor takes it.
@@ -215,11 +238,10 @@ fn validate(flags: &Flags, notes: &mut Vec<Note>) -> Result<(), String> {
         "new" | "existing" => {}
         other => return Err(format!("unexpected clusterState {other:?}")),
     }
-    let initial_cluster_explicit = if flags.loaded_from_file() {
-        !flags.str("initial-cluster").is_empty()
-    } else {
-        flags.is_set("initial-cluster")
-    };
+    // etcd counts a non-empty --initial-cluster, its default being
+    // cleared by a discovery flag
+    let initial_cluster_explicit = !flags.str("initial-cluster").is_empty()
+        && (flags.loaded_from_file() || flags.is_set("initial-cluster"));
     let bootstrap_ways = [
         !flags.str("discovery").is_empty(),
         initial_cluster_explicit,
@@ -632,6 +654,64 @@ mod tests {
             "--experimental-distributed-tracing-sampling-rate=2000000"
         ])
         .is_err());
+    }
+
+    #[test]
+    fn bootstrap_flags_combine_as_etcds() {
+        const CONFLICT: &str = "multiple discovery or bootstrap flags are set. Choose one of \"initial-cluster\", \"discovery\" or \"discovery-srv\"";
+        let cfg = config(&["--name", "m1", "--discovery-srv", "example.com"]).unwrap();
+        // etcdmain: a discovery flag clears the default initial cluster
+        assert_eq!(cfg.server.initial_cluster, "");
+        assert_eq!(
+            cfg.discovery_srv,
+            Some(DiscoverySrv {
+                domain: "example.com".into(),
+                service_name: String::new()
+            })
+        );
+        let args = [
+            "--discovery-srv",
+            "example.com",
+            "--discovery-srv-name",
+            "c1",
+        ];
+        let cfg = config(&args).unwrap();
+        assert_eq!(cfg.discovery_srv.unwrap().service_name, "c1");
+        let cfg = config(&["--discovery-srv-name", "c1"]).unwrap();
+        assert_eq!(
+            (cfg.server.initial_cluster.as_str(), cfg.discovery_srv),
+            ("", None)
+        );
+        let both = ["--discovery-srv", "x", "--initial-cluster", "m=http://a:1"];
+        assert_eq!(config(&both).unwrap_err(), CONFLICT);
+        // an empty --initial-cluster is not one
+        assert!(config(&["--discovery-srv", "x", "--initial-cluster", ""]).is_ok());
+        // etcd's conflict before oxcd's refusal of --discovery
+        let both = [
+            "--discovery",
+            "https://d.example/t",
+            "--initial-cluster",
+            "m=http://a:1",
+        ];
+        assert_eq!(config(&both).unwrap_err(), CONFLICT);
+        let err = config(&["--discovery", "https://d.example/t"]).unwrap_err();
+        assert!(
+            err.starts_with("--discovery is not supported by oxcd"),
+            "{err}"
+        );
+        assert!(
+            err.ends_with(
+                "bootstrap with --initial-cluster, or from DNS SRV records with --discovery-srv"
+            ),
+            "{err}"
+        );
+        let env = [("ETCD_DISCOVERY_SRV".to_string(), "example.org".to_string())];
+        let flags = match flags::parse(&[], &env).unwrap() {
+            flags::Parsed::Run(flags) => flags,
+            other => panic!("{other:?}"),
+        };
+        let cfg = config_from(&flags).unwrap();
+        assert_eq!(cfg.discovery_srv.unwrap().domain, "example.org");
     }
 
     #[test]

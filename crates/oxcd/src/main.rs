@@ -193,15 +193,25 @@ fn main() -> ExitCode {
     if let Err(code) = arm_failpoints() {
         return code;
     }
-    let cfg = match oxcd::config_from(&flags) {
+    let (mut cfg, discovery_srv) = match oxcd::config_from(&flags) {
         Ok(config) => {
             for note in &config.notes {
                 log_note(note);
             }
-            config.server
+            (config.server, config.discovery_srv)
         }
         Err(e) => return refuse(&e),
     };
+    // etcd asks DNS when it sets up the initial cluster, before anything
+    // of the member exists; a failure is its "discovery failed"
+    if let Some(discovery) = discovery_srv {
+        if let Err(e) = discovery.bootstrap(&mut cfg, &srv::Resolver::system()) {
+            tracing::warn!(error = %e, "failed to start etcd");
+            tracing::error!(error = %e, "discovery failed");
+            eprintln!("oxcd: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -6,7 +6,7 @@
 //! Everything lives in namespaces this harness creates and deletes; no
 //! packet leaves them. Needs root and iproute2 (`ip`), as CI has.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::tmpfs::Tmpfs;
@@ -34,9 +34,12 @@ pub struct NetnsCluster {
     subnet: String,
     pub members: Vec<Option<Process>>,
     pub names: Vec<String>,
-    initial_cluster: String,
+    /// How members find each other: `--initial-cluster` by default.
+    bootstrap: Vec<String>,
     dir: tempfile::TempDir,
     namespaces: Vec<String>,
+    /// The `/etc/netns/<ns>` dirs written for the namespaces' resolv.conf.
+    netns_etc: Vec<PathBuf>,
     extra: Vec<String>,
     /// Members whose data dir is a tmpfs of its own (for full disks).
     volumes: Vec<Option<Tmpfs>>,
@@ -55,6 +58,20 @@ impl NetnsCluster {
         on_volumes: &[usize],
         size: &str,
     ) -> NetnsCluster {
+        let mut c = NetnsCluster::build(n, extra, on_volumes, size);
+        c.start_members();
+        c
+    }
+
+    /// The namespaces and their network, no member started yet: the test
+    /// prepares what members need ([`NetnsCluster::set_resolv_conf`], a
+    /// DNS server in the client namespace, [`NetnsCluster::set_bootstrap`])
+    /// and then calls [`NetnsCluster::start_members`].
+    pub fn network(n: usize, extra: &[&str]) -> NetnsCluster {
+        NetnsCluster::build(n, extra, &[], "")
+    }
+
+    fn build(n: usize, extra: &[&str], on_volumes: &[usize], size: &str) -> NetnsCluster {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos() ^ std::process::id())
@@ -71,9 +88,10 @@ impl NetnsCluster {
             subnet,
             members: (0..n).map(|_| None).collect(),
             names,
-            initial_cluster,
+            bootstrap: vec!["--initial-cluster".into(), initial_cluster],
             dir: tempfile::tempdir().expect("temp dir"),
             namespaces: Vec::new(),
+            netns_etc: Vec::new(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             volumes: (0..n)
                 .map(|i| {
@@ -84,13 +102,74 @@ impl NetnsCluster {
                 .collect(),
         };
         c.build_network(n);
-        for i in 0..n {
-            c.members[i] = Some(c.spawn(i));
-        }
-        for i in 0..n {
-            c.wait_ready(i);
-        }
         c
+    }
+
+    /// Starts every member; waits until all are ready.
+    pub fn start_members(&mut self) {
+        for i in 0..self.members.len() {
+            self.members[i] = Some(self.spawn(i));
+        }
+        for i in 0..self.members.len() {
+            self.wait_ready(i);
+        }
+    }
+
+    /// The flags that bootstrap members started from now on, instead of
+    /// `--initial-cluster` naming them all (`--discovery-srv ...`).
+    pub fn set_bootstrap(&mut self, args: &[&str]) {
+        self.bootstrap = args.iter().map(|s| s.to_string()).collect();
+    }
+
+    /// Member `i`'s address (`10.213.x.<i+1>`).
+    pub fn member_ip(&self, i: usize) -> String {
+        format!("{}.{}", self.subnet, i + 1)
+    }
+
+    /// The client namespace's address, where a test runs its servers.
+    pub fn client_ip(&self) -> String {
+        format!("{}.200", self.subnet)
+    }
+
+    /// Gives every namespace this resolv.conf: `ip netns exec` mounts
+    /// `/etc/netns/<ns>/resolv.conf` over `/etc/resolv.conf` for what it
+    /// runs (members, [`NetnsCluster::launch_in_client_ns`]); removed on
+    /// drop.
+    pub fn set_resolv_conf(&mut self, text: &str) {
+        for ns in &self.namespaces {
+            let dir = PathBuf::from("/etc/netns").join(ns);
+            std::fs::create_dir_all(&dir)
+                .unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+            std::fs::write(dir.join("resolv.conf"), text)
+                .unwrap_or_else(|e| panic!("write {}/resolv.conf: {e}", dir.display()));
+            if !self.netns_etc.contains(&dir) {
+                self.netns_etc.push(dir);
+            }
+        }
+    }
+
+    /// Starts `program` with `args` inside the client namespace (with its
+    /// resolv.conf), its stderr captured as a log; waits for nothing.
+    pub fn launch_in_client_ns(&self, program: &Path, args: &[&str], data_dir: &Path) -> Process {
+        self.launch_in(&self.ns("c"), program, args, data_dir)
+    }
+
+    /// [`NetnsCluster::launch_in_client_ns`] in member `i`'s namespace
+    /// (another binary in the member's place, while it is not running).
+    pub fn launch_in_member_ns(
+        &self,
+        i: usize,
+        program: &Path,
+        args: &[&str],
+        data_dir: &Path,
+    ) -> Process {
+        self.launch_in(&self.ns(&format!("{}", i + 1)), program, args, data_dir)
+    }
+
+    fn launch_in(&self, ns: &str, program: &Path, args: &[&str], data_dir: &Path) -> Process {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns]).arg(program).args(args);
+        Process::spawn(cmd, data_dir)
     }
 
     fn wait_ready(&self, i: usize) {
@@ -241,7 +320,7 @@ impl NetnsCluster {
                 "--initial-advertise-peer-urls",
                 &format!("http://{addr}:2380"),
             ])
-            .args(["--initial-cluster", &self.initial_cluster])
+            .args(&self.bootstrap)
             .args(&self.extra)
             .envs(env.iter().copied());
         let mut p = Process::spawn(cmd, &data_dir);
@@ -358,6 +437,9 @@ impl Drop for NetnsCluster {
         }
         for ns in &self.namespaces {
             let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+        for dir in &self.netns_etc {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }

@@ -392,6 +392,7 @@ pub async fn join_existing(
     cfg: &ServerConfig,
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 ) -> Result<Identity, StartError> {
+    check_wal_dir(cfg)?;
     let local = initial_members(cfg)?;
     let Some(me) = local.iter().find(|m| m.name == cfg.name).cloned() else {
         return Err(StartError::Config(format!(

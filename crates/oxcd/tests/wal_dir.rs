@@ -249,15 +249,21 @@ fn wal_dir_given_while_the_wal_is_in_the_data_dir_is_refused_naming_both() {
     stop(&mut m);
     let wal = tmp.path().join("wal");
     let member_wal = data.join("member").join("wal");
-    refused(
-        &data,
-        &["--wal-dir", wal.to_str().unwrap()],
-        &format!(
-            "--wal-dir {} holds no WAL but {} does",
-            wal.display(),
-            member_wal.display()
-        ),
+    let reason = format!(
+        "--wal-dir {} holds no WAL but {} does",
+        wal.display(),
+        member_wal.display()
     );
+    refused(&data, &["--wal-dir", wal.to_str().unwrap()], &reason);
+    // a member told to join a running cluster is refused the same way,
+    // before it asks any peer
+    let joining = [
+        "--wal-dir",
+        wal.to_str().unwrap(),
+        "--initial-cluster-state",
+        "existing",
+    ];
+    refused(&data, &joining, &reason);
     assert!(!wal.exists(), "nothing is created on a refusal");
     // moved there, as an operator moves it, the member starts from it
     fs::rename(&member_wal, &wal).unwrap();

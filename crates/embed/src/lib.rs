@@ -6,6 +6,7 @@
 pub mod grpc_compat;
 pub mod listeners;
 pub mod logutil;
+pub mod ping_policy;
 pub mod secure;
 pub mod startup;
 

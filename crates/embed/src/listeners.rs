@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::ping_policy::PingPoliced;
 use api::etcdserverpb::auth_server::AuthServer;
 use api::etcdserverpb::cluster_server::ClusterServer;
 use api::etcdserverpb::kv_server::KvServer;
@@ -363,6 +364,9 @@ pub(crate) fn serve_clients(
     mut shutdown: watch::Receiver<bool>,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let routes = client_routes(&server, &shutdown, serves);
+    // where etcd's grpc-go serves the connections itself (see ping_policy)
+    let ping_min_time = (serves.grpc && (tls.is_none() || !serves.http))
+        .then_some(server.cfg.grpc_keepalive_min_time);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut workers = Vec::with_capacity(threads);
     for i in 0..threads {
@@ -371,6 +375,7 @@ pub(crate) fn serve_clients(
             server.clone(),
             routes.clone(),
             tls.clone(),
+            ping_min_time,
             shutdown.clone(),
         );
         match thread {
@@ -496,6 +501,7 @@ impl ClientThread {
         server: Arc<EtcdServer>,
         routes: tonic::service::Routes,
         tls: Option<Arc<rustls::ServerConfig>>,
+        ping_min_time: Option<Duration>,
         mut shutdown: watch::Receiver<bool>,
     ) -> std::io::Result<ClientThread> {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -517,7 +523,12 @@ impl ClientThread {
                         AcceptedStream::register,
                     );
                     let serve = match tls {
-                        None => Box::pin(serve_connections(server, routes, accepted, stop)),
+                        None => {
+                            let policed = tokio_stream::StreamExt::map(accepted, move |stream| {
+                                stream.map(|stream| PingPoliced::new(stream, ping_min_time))
+                            });
+                            Box::pin(serve_connections(server, routes, policed, stop))
+                        }
                         Some(config) => {
                             let ready = crate::secure::handshakes(
                                 client_streams(accepted),
@@ -526,7 +537,9 @@ impl ClientThread {
                             );
                             let incoming = tokio_stream::StreamExt::map(
                                 tokio_stream::wrappers::ReceiverStream::new(ready),
-                                Ok::<_, std::io::Error>,
+                                move |conn| {
+                                    Ok::<_, std::io::Error>(PingPoliced::new(conn, ping_min_time))
+                                },
                             );
                             Box::pin(serve_connections(server, routes, incoming, stop))
                                 as std::pin::Pin<Box<dyn std::future::Future<Output = _>>>

@@ -65,6 +65,11 @@ pub struct ServerConfig {
     /// server pings an idle client connection, and how long it waits for
     /// the answer; None (either flag 0) disables the pings, as etcd.
     pub grpc_keepalive: Option<(Duration, Duration)>,
+    /// --grpc-keepalive-min-time: how far apart a client's pings must be
+    /// on a connection with a stream open (grpc-go's enforcement policy,
+    /// `embed::ping_policy`); grpc-go's 5 minutes when the flag is 0 or
+    /// less, as etcd then sets no policy.
+    pub grpc_keepalive_min_time: Duration,
     /// How often an idle progress_notify watcher gets an empty response
     /// with the current revision (etcd's
     /// --experimental-watch-progress-notify-interval; 0 disables).
@@ -171,6 +176,7 @@ impl Default for ServerConfig {
             enable_grpc_gateway: true,
             socket_reuse_port: false,
             grpc_keepalive: Some((Duration::from_secs(2 * 60 * 60), Duration::from_secs(20))),
+            grpc_keepalive_min_time: Duration::from_secs(5),
             snapshot_catch_up_entries: 5000,
             watch_progress_notify_interval: Duration::from_secs(10 * 60),
             listen_metrics_urls: Vec::new(),

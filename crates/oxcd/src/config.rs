@@ -144,6 +144,11 @@ pub fn config_from(flags: &Flags) -> Result<Config, String> {
             n => Some(n as u32),
         },
         grpc_keepalive: keepalive,
+        // etcd sets no enforcement policy for 0 or less: grpc-go's own
+        grpc_keepalive_min_time: match flags.nanos("grpc-keepalive-min-time") {
+            n if n > 0 => flags.duration("grpc-keepalive-min-time"),
+            _ => embed::ping_policy::DEFAULT_MIN_TIME,
+        },
         enable_grpc_gateway: flags.bool("enable-grpc-gateway"),
         socket_reuse_port: flags.bool("socket-reuse-port"),
         watch_progress_notify_interval: flags

@@ -57,7 +57,7 @@ pub(crate) static FLAGS: &[Spec] = &[
     flag("max-request-bytes", Uint, "1572864", Some("'1572864'"), Member, "Maximum client request size in bytes the server will accept.", Effective),
     flag("max-concurrent-streams", Uint32, "4294967295", Some("'math.MaxUint32'"), Member, "Maximum concurrent streams that each client can open at a time.", Effective),
     flag("enable-grpc-gateway", Bool, "true", None, Member, "Enable GRPC gateway.", Effective),
-    flag("grpc-keepalive-min-time", Duration, "5s", Some("'5s'"), Member, "Minimum duration interval that a client should wait before pinging server.", NoEffect("oxcd does not enforce a minimum client ping interval yet")),
+    flag("grpc-keepalive-min-time", Duration, "5s", Some("'5s'"), Member, "Minimum duration interval that a client should wait before pinging server.", Effective),
     flag("grpc-keepalive-interval", Duration, "2h", Some("'2h'"), Member, "Frequency duration of server-to-client ping to check if a connection is alive (0 to disable).", Effective),
     flag("grpc-keepalive-timeout", Duration, "20s", Some("'20s'"), Member, "Additional duration of wait before closing a non-responsive connection (0 to disable).", Effective),
     flag("socket-reuse-port", Bool, "false", Some("'false'"), Member, "Enable to set socket option SO_REUSEPORT on listeners allowing rebinding of a port already in use.", Effective),

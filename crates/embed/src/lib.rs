@@ -3,6 +3,7 @@
 //! listeners (client connection threads serving gRPC and HTTP, the peer port,
 //! the metrics port), runs its background loops, and stops it in order.
 
+pub mod access;
 pub mod grpc_compat;
 pub mod listeners;
 pub mod logutil;

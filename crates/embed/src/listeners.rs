@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::access::{AccessController, AccessLayer};
 use crate::ping_policy::PingPoliced;
 use api::etcdserverpb::auth_server::AuthServer;
 use api::etcdserverpb::cluster_server::ClusterServer;
@@ -367,6 +368,16 @@ pub(crate) fn serve_clients(
     // where etcd's grpc-go serves the connections itself (see ping_policy)
     let ping_min_time = (serves.grpc && (tls.is_none() || !serves.http))
         .then_some(server.cfg.grpc_keepalive_min_time);
+    // --cors and --host-whitelist, where etcd's HTTP server serves
+    let access = AccessLayer::new(
+        serves.http.then(|| {
+            Arc::new(AccessController::new(
+                &server.cfg.cors,
+                &server.cfg.host_whitelist,
+            ))
+        }),
+        tls.is_some(),
+    );
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut workers = Vec::with_capacity(threads);
     for i in 0..threads {
@@ -376,6 +387,7 @@ pub(crate) fn serve_clients(
             routes.clone(),
             tls.clone(),
             ping_min_time,
+            access.clone(),
             shutdown.clone(),
         );
         match thread {
@@ -502,6 +514,7 @@ impl ClientThread {
         routes: tonic::service::Routes,
         tls: Option<Arc<rustls::ServerConfig>>,
         ping_min_time: Option<Duration>,
+        access: AccessLayer,
         mut shutdown: watch::Receiver<bool>,
     ) -> std::io::Result<ClientThread> {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -527,7 +540,7 @@ impl ClientThread {
                             let policed = tokio_stream::StreamExt::map(accepted, move |stream| {
                                 stream.map(|stream| PingPoliced::new(stream, ping_min_time))
                             });
-                            Box::pin(serve_connections(server, routes, policed, stop))
+                            Box::pin(serve_connections(server, routes, access, policed, stop))
                         }
                         Some(config) => {
                             let ready = crate::secure::handshakes(
@@ -541,7 +554,7 @@ impl ClientThread {
                                     Ok::<_, std::io::Error>(PingPoliced::new(conn, ping_min_time))
                                 },
                             );
-                            Box::pin(serve_connections(server, routes, incoming, stop))
+                            Box::pin(serve_connections(server, routes, access, incoming, stop))
                                 as std::pin::Pin<Box<dyn std::future::Future<Output = _>>>
                         }
                     };
@@ -572,6 +585,7 @@ impl ClientThread {
 async fn serve_connections<I, IO, IE>(
     server: Arc<EtcdServer>,
     routes: tonic::service::Routes,
+    access: AccessLayer,
     incoming: I,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error>
@@ -590,6 +604,8 @@ where
         .max_concurrent_streams(server.cfg.max_concurrent_streams)
         .http2_keepalive_interval(server.cfg.grpc_keepalive.map(|(interval, _)| interval))
         .http2_keepalive_timeout(server.cfg.grpc_keepalive.map(|(_, timeout)| timeout))
+        // outermost: etcd's access controller sees requests first
+        .layer(access)
         .layer(crate::grpc_compat::GrpcGuardLayer {
             is_learner: Some({
                 let server = std::sync::Arc::downgrade(&server);

@@ -153,9 +153,8 @@ pub async fn vars(server: Arc<EtcdServer>, request: http::Request<Body>) -> http
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json; charset=utf-8"),
             );
-            crate::cors(response)
+            response
         }
-        Method::OPTIONS => crate::options_ok(),
         _ => crate::method_not_allowed(Some("GET")),
     }
 }

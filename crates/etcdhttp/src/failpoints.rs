@@ -12,7 +12,7 @@
 use axum::body::Body;
 use http::{header, HeaderValue, Method, StatusCode};
 
-use crate::{cors, method_not_allowed, options_ok, plain_error};
+use crate::{method_not_allowed, plain_error};
 
 pub const PREFIX: &str = "/debug/failpoints";
 
@@ -32,13 +32,13 @@ fn text(status: StatusCode, body: String) -> http::Response<Body> {
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
-    cors(response)
+    response
 }
 
 fn no_content() -> http::Response<Body> {
     let mut response = http::Response::new(Body::empty());
     *response.status_mut() = StatusCode::NO_CONTENT;
-    cors(response)
+    response
 }
 
 async fn list(request: http::Request<Body>) -> http::Response<Body> {
@@ -50,7 +50,6 @@ async fn list(request: http::Request<Body>) -> http::Response<Body> {
                 .collect();
             text(StatusCode::OK, lines)
         }
-        Method::OPTIONS => options_ok(),
         _ => method_not_allowed(Some("GET")),
     }
 }
@@ -99,7 +98,6 @@ async fn one(request: http::Request<Body>) -> http::Response<Body> {
                 plain_error(StatusCode::NOT_FOUND, "failpoint is not armed")
             }
         }
-        Method::OPTIONS => options_ok(),
         _ => method_not_allowed(Some("GET, PUT, DELETE")),
     }
 }

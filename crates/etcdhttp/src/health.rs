@@ -14,7 +14,7 @@ use api::etcdserverpb::{AlarmType, RangeRequest};
 use axum::body::Body;
 use http::{header, HeaderValue, Method, StatusCode};
 
-use crate::{cors, method_not_allowed, plain_error};
+use crate::{method_not_allowed, plain_error};
 use etcdserver::EtcdServer;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,9 +127,6 @@ pub(crate) async fn serve(
     server: Arc<EtcdServer>,
     request: http::Request<Body>,
 ) -> http::Response<Body> {
-    if request.method() == Method::OPTIONS {
-        return crate::options_ok();
-    }
     if request.method() != Method::GET {
         return method_not_allowed(Some("GET"));
     }
@@ -146,7 +143,7 @@ pub(crate) async fn serve(
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
-        cors(response)
+        response
     } else {
         server.metrics.health_failures.inc();
         plain_error(StatusCode::SERVICE_UNAVAILABLE, &health.to_json())

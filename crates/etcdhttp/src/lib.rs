@@ -9,8 +9,9 @@
 //! the health paths only. A build with
 //! the `failpoints` feature also serves /debug/failpoints ([`failpoints`]).
 //!
-//! Every answer carries the CORS headers etcd's access controller adds
-//! (its default --cors is "*"), and OPTIONS gets an empty 200.
+//! On the client URLs, embed's access controller stands in front of every
+//! route, as etcd's: `--host-whitelist`, the CORS headers of `--cors`,
+//! OPTIONS answered; the handlers here add neither.
 
 pub mod debug;
 #[cfg(feature = "failpoints")]
@@ -30,21 +31,6 @@ use etcdserver::metrics::TEXT_CONTENT_TYPE;
 use etcdserver::EtcdServer;
 use etcdserver::{CLUSTER_VERSION, ETCD_VERSION};
 
-/// Adds etcd's CORS headers.
-pub fn cors<B>(mut response: http::Response<B>) -> http::Response<B> {
-    let headers = response.headers_mut();
-    headers.insert(
-        "access-control-allow-headers",
-        HeaderValue::from_static("accept, content-type, authorization"),
-    );
-    headers.insert(
-        "access-control-allow-methods",
-        HeaderValue::from_static("POST, GET, OPTIONS, PUT, DELETE"),
-    );
-    headers.insert("access-control-allow-origin", HeaderValue::from_static("*"));
-    response
-}
-
 /// Go's http.Error: text/plain, nosniff, the message and a newline.
 pub fn plain_error(status: StatusCode, message: &str) -> http::Response<Body> {
     let mut response = http::Response::new(Body::from(format!("{message}\n")));
@@ -58,7 +44,7 @@ pub fn plain_error(status: StatusCode, message: &str) -> http::Response<Body> {
         "x-content-type-options",
         HeaderValue::from_static("nosniff"),
     );
-    cors(response)
+    response
 }
 
 /// 405, naming the allowed method as etcd's own handlers do (grpc-gateway
@@ -73,17 +59,12 @@ pub fn method_not_allowed(allow: Option<&'static str>) -> http::Response<Body> {
     response
 }
 
-/// etcd's access controller answers a CORS preflight with an empty 200.
-pub fn options_ok() -> http::Response<Body> {
-    cors(http::Response::new(Body::empty()))
-}
-
 fn with_content_type(body: impl Into<Body>, content_type: &'static str) -> http::Response<Body> {
     let mut response = http::Response::new(body.into());
     response
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    cors(response)
+    response
 }
 
 /// GET /version: etcd's two fields, then ours (clients that parse etcd's
@@ -98,16 +79,13 @@ pub fn version_json() -> String {
 async fn version(request: http::Request<Body>) -> http::Response<Body> {
     match *request.method() {
         Method::GET => with_content_type(version_json(), "application/json"),
-        Method::OPTIONS => options_ok(),
         _ => method_not_allowed(Some("GET")),
     }
 }
 
-async fn metrics(server: Arc<EtcdServer>, request: http::Request<Body>) -> http::Response<Body> {
-    match *request.method() {
-        Method::OPTIONS => options_ok(),
-        _ => with_content_type(server.metrics.render(&server), TEXT_CONTENT_TYPE),
-    }
+/// Any method, as promhttp's handler.
+async fn metrics(server: Arc<EtcdServer>) -> http::Response<Body> {
+    with_content_type(server.metrics.render(&server), TEXT_CONTENT_TYPE)
 }
 
 /// Anything no route took: a gRPC call to a service this member does not
@@ -123,9 +101,6 @@ async fn fallback(request: http::Request<Body>) -> http::Response<Body> {
             .into_http::<()>()
             .into_parts();
         return http::Response::from_parts(parts, Body::empty());
-    }
-    if request.method() == Method::OPTIONS {
-        return options_ok();
     }
     let path = request.uri().path();
     if gateway::PREFIXES
@@ -155,9 +130,7 @@ pub fn metrics_router(server: Arc<EtcdServer>) -> axum::Router {
     router
         .route(
             "/metrics",
-            axum::routing::any(move |request: http::Request<Body>| {
-                metrics(for_metrics.clone(), request)
-            }),
+            axum::routing::any(move || metrics(for_metrics.clone())),
         )
         .route(
             "/health",

@@ -23,7 +23,7 @@ use std::time::Duration;
 use axum::body::Body;
 use http::{header, HeaderValue, Method, StatusCode};
 
-use crate::{cors, method_not_allowed, plain_error};
+use crate::{method_not_allowed, plain_error};
 
 /// Go's default profile length.
 const DEFAULT_SECONDS: u64 = 30;
@@ -52,7 +52,7 @@ fn with_type(body: impl Into<Body>, content_type: &'static str) -> http::Respons
         "x-content-type-options",
         HeaderValue::from_static("nosniff"),
     );
-    cors(response)
+    response
 }
 
 async fn index(request: http::Request<Body>) -> http::Response<Body> {

@@ -20,7 +20,7 @@ use axum::body::Body;
 use http::{header, HeaderValue, Method, StatusCode};
 
 use crate::health::{active_alarms, query_values, read};
-use crate::{cors, method_not_allowed, plain_error};
+use crate::{method_not_allowed, plain_error};
 use etcdserver::EtcdServer;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,9 +100,6 @@ pub(crate) async fn serve(
     request: http::Request<Body>,
 ) -> http::Response<Body> {
     let path = request.uri().path().to_string();
-    if request.method() == Method::OPTIONS {
-        return crate::options_ok();
-    }
     if request.method() != Method::GET {
         tracing::warn!(path, status_code = 405, "Health request error");
         return method_not_allowed(Some("GET"));
@@ -155,5 +152,5 @@ pub(crate) async fn serve(
         "x-content-type-options",
         HeaderValue::from_static("nosniff"),
     );
-    cors(response)
+    response
 }

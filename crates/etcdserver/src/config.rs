@@ -70,6 +70,12 @@ pub struct ServerConfig {
     /// `embed::ping_policy`); grpc-go's 5 minutes when the flag is 0 or
     /// less, as etcd then sets no policy.
     pub grpc_keepalive_min_time: Duration,
+    /// `--cors`: the origins given the CORS headers on the client URLs
+    /// (`*`, the default, or none: all).
+    pub cors: Vec<String>,
+    /// `--host-whitelist`: the Host names a plain client URL serves HTTP
+    /// to (`*`, the default, or none: all).
+    pub host_whitelist: Vec<String>,
     /// How often an idle progress_notify watcher gets an empty response
     /// with the current revision (etcd's
     /// --experimental-watch-progress-notify-interval; 0 disables).
@@ -177,6 +183,8 @@ impl Default for ServerConfig {
             socket_reuse_port: false,
             grpc_keepalive: Some((Duration::from_secs(2 * 60 * 60), Duration::from_secs(20))),
             grpc_keepalive_min_time: Duration::from_secs(5),
+            cors: vec!["*".into()],
+            host_whitelist: vec!["*".into()],
             snapshot_catch_up_entries: 5000,
             watch_progress_notify_interval: Duration::from_secs(10 * 60),
             listen_metrics_urls: Vec::new(),

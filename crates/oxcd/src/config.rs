@@ -149,6 +149,8 @@ pub fn config_from(flags: &Flags) -> Result<Config, String> {
             n if n > 0 => flags.duration("grpc-keepalive-min-time"),
             _ => embed::ping_policy::DEFAULT_MIN_TIME,
         },
+        cors: flags.list("cors").to_vec(),
+        host_whitelist: flags.list("host-whitelist").to_vec(),
         enable_grpc_gateway: flags.bool("enable-grpc-gateway"),
         socket_reuse_port: flags.bool("socket-reuse-port"),
         watch_progress_notify_interval: flags

@@ -39,7 +39,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tonic::{Code, Status};
 
-use crate::{cors, method_not_allowed, options_ok};
+use crate::method_not_allowed;
 use etcdserver::config::GRPC_OVERHEAD_BYTES;
 use etcdserver::EtcdServer;
 use reflect::{to_json_string, FromJson, ToJson};
@@ -346,7 +346,7 @@ fn json_response(status: StatusCode, body: String, from_grpc: bool) -> http::Res
             HeaderValue::from_static("application/grpc"),
         );
     }
-    cors(response)
+    response
 }
 
 fn error_response(status: &Status) -> http::Response<Body> {
@@ -376,9 +376,6 @@ pub(crate) async fn serve_route(
     route: Route,
     request: http::Request<Body>,
 ) -> http::Response<Body> {
-    if request.method() == Method::OPTIONS {
-        return options_ok();
-    }
     if request.method() != Method::POST {
         return method_not_allowed(None);
     }

@@ -20,7 +20,7 @@ use tonic::Status;
 use super::json::syntax_error;
 use super::reflect::{FromJson, ToJson};
 use super::{error_response, http_status, Gateway};
-use crate::{cors, method_not_allowed, options_ok};
+use crate::method_not_allowed;
 use v3rpc::auth::Credentials;
 
 /// Decoded requests of a bidirectional stream queued ahead of its service;
@@ -146,9 +146,6 @@ where
     Resp: ToJson + Send + 'static,
     S: Stream<Item = Result<Resp, Status>> + Send + 'static,
 {
-    if request.method() == Method::OPTIONS {
-        return options_ok();
-    }
     if request.method() != Method::POST {
         return method_not_allowed(None);
     }
@@ -242,7 +239,7 @@ pub(crate) fn lines_response(lines: ResultLines) -> http::Response<Body> {
         "grpc-metadata-content-type",
         HeaderValue::from_static("application/grpc"),
     );
-    cors(response)
+    response
 }
 
 /// Each response as one `{"result":...}` line; an error ends the stream

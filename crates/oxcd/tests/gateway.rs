@@ -589,3 +589,74 @@ fn gateway_nested_txns_follow_etcds_op_budget() {
     let (_, body) = answer(endpoint, "/v3/kv/range", r#"{"key":"ZGVlcA=="}"#);
     assert!(body.contains(r#""count":"1""#), "{body}");
 }
+
+/// A put of `value_bytes` through the gateway: its status, gRPC code and
+/// message.
+fn gateway_put(endpoint: &str, value_bytes: usize) -> (u16, i64, String) {
+    use base64::Engine;
+    let value = base64::engine::general_purpose::STANDARD.encode(vec![b'x'; value_bytes]);
+    let body = format!(r#"{{"key":"aw==","value":"{value}"}}"#);
+    let response = http::post(endpoint, "/v3/kv/put", &body).unwrap();
+    let parsed = parse(&response.body);
+    (
+        response.status,
+        parsed["code"].as_i64().unwrap_or(0),
+        parsed["message"].as_str().unwrap_or("").to_string(),
+    )
+}
+
+/// etcd's gateway hands a request to grpc-go over a loopback connection:
+/// above `--max-request-bytes` and gRPC's 512 KiB more, grpc-go's
+/// ResourceExhausted (429), counted on the message, not its JSON; above
+/// `--max-request-bytes` alone, etcd's "request is too large".
+#[test]
+fn gateway_requests_meet_grpcs_size_limits_as_etcd_3_5() {
+    let flags = ["--max-request-bytes", "1024"];
+    let dir = tempfile::tempdir().unwrap();
+    let oxcd = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &flags);
+    let ref_dir = tempfile::tempdir().unwrap();
+    let etcd = ["/opt/etcd-3.5.16/etcd", testkit::ETCD_35.0]
+        .into_iter()
+        .find(|bin| std::path::Path::new(bin).exists())
+        .and_then(|bin| testkit::start_reference_etcd_with(bin, ref_dir.path(), "http", &flags));
+    let limit = 1024 + 512 * 1024;
+    // a 420 KiB value: its JSON (560 KiB) is above the gRPC limit, its
+    // message below; 600 KB: the message (600007 bytes) above
+    let cases = [
+        (900, (200, 0, String::new())),
+        (
+            1100,
+            (400, 3, "etcdserver: request is too large".to_string()),
+        ),
+        (
+            420 * 1024,
+            (400, 3, "etcdserver: request is too large".to_string()),
+        ),
+        (
+            600_000,
+            (
+                429,
+                8,
+                format!("grpc: received message larger than max (600007 vs. {limit})"),
+            ),
+        ),
+    ];
+    for (size, expected) in cases {
+        assert_eq!(gateway_put(&oxcd.endpoint, size), expected, "{size} bytes");
+        if let Some(etcd) = &etcd {
+            assert_eq!(
+                gateway_put(&etcd.endpoint, size),
+                expected,
+                "etcd, {size} bytes"
+            );
+        }
+    }
+    // JSON beyond twice the limit is refused unread, with grpc-go's code
+    let (status, code, message) = gateway_put(&oxcd.endpoint, 900 * 1024);
+    assert_eq!((status, code), (429, 8));
+    assert!(
+        message.starts_with("grpc: received message larger than max (")
+            && message.ends_with(&format!(" vs. {limit})")),
+        "{message}"
+    );
+}

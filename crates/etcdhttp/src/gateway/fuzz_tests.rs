@@ -311,12 +311,12 @@ fn stream_bodies_split_anywhere_read_as_when_whole() {
             let parsed = all.len();
             let requests: Vec<Result<(), Status>> = match route.path {
                 "watch" => values
-                    .decode::<pb::WatchRequest>(all)
+                    .decode::<pb::WatchRequest>(all, usize::MAX)
                     .into_iter()
                     .map(|r| r.map(|_| ()))
                     .collect(),
                 _ => values
-                    .decode::<pb::LeaseKeepAliveRequest>(all)
+                    .decode::<pb::LeaseKeepAliveRequest>(all, usize::MAX)
                     .into_iter()
                     .map(|r| r.map(|_| ()))
                     .collect(),
@@ -376,7 +376,7 @@ fn a_txn_nested_100k_deep_is_refused_before_it_is_parsed() {
     let mut values = JsonValues::new();
     assert!(values.push(arrays.as_bytes()).is_empty());
     values.finish();
-    let refused = values.decode::<pb::WatchRequest>(Vec::new());
+    let refused = values.decode::<pb::WatchRequest>(Vec::new(), usize::MAX);
     assert!(matches!(refused.as_slice(), [Err(_)]), "{refused:?}");
 }
 
@@ -419,7 +419,7 @@ fn a_syntax_error_after_stream_requests_is_worded_as_go_words_it_however_it_arri
         let mut parsed = values.push(&body[..split]);
         parsed.extend(values.push(&body[split..]));
         values.finish();
-        let requests = values.decode::<pb::LeaseKeepAliveRequest>(parsed);
+        let requests = values.decode::<pb::LeaseKeepAliveRequest>(parsed, usize::MAX);
         assert_eq!(requests.len(), 3, "split at {split}");
         assert_eq!(
             requests[2].as_ref().expect_err("garbage").message(),
@@ -442,7 +442,7 @@ fn a_non_ascii_byte_is_named_as_go_names_it_however_the_stream_is_cut() {
         let mut parsed = values.push(&body[..split]);
         parsed.extend(values.push(&body[split..]));
         values.finish();
-        let requests = values.decode::<pb::LeaseKeepAliveRequest>(parsed);
+        let requests = values.decode::<pb::LeaseKeepAliveRequest>(parsed, usize::MAX);
         let error = requests.last().expect("two").as_ref().expect_err("refused");
         assert_eq!(error.message(), expected, "split at {split}");
     }

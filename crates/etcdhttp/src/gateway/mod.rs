@@ -91,8 +91,18 @@ impl Gateway {
         }
     }
 
-    fn max_body(&self) -> usize {
+    /// The largest request message: what grpc-go takes from etcd's gateway
+    /// (`--max-request-bytes` and gRPC's overhead); a put or txn above
+    /// `--max-request-bytes` alone gets etcd's "request is too large".
+    fn max_message(&self) -> usize {
         self.server.cfg.max_request_bytes + GRPC_OVERHEAD_BYTES
+    }
+
+    /// The most JSON text a request may take in memory: twice its message's
+    /// limit (base64 makes bytes 4/3 as long; the rest is JSON's syntax).
+    /// etcd's gateway reads any body whole.
+    fn max_body(&self) -> usize {
+        2 * self.max_message()
     }
 }
 
@@ -130,15 +140,21 @@ fn with_credentials<T>(message: T, credentials: &Credentials) -> tonic::Request<
     request
 }
 
-/// Decodes the request, calls the unary method, encodes its answer.
-fn call<'a, Req, Resp, F, Fut>(value: Value, credentials: Credentials, method: F) -> RouteFuture<'a>
+/// Decodes the request (up to `max_message` bytes), calls the unary
+/// method, encodes its answer.
+fn call<'a, Req, Resp, F, Fut>(
+    value: Value,
+    max_message: usize,
+    credentials: Credentials,
+    method: F,
+) -> RouteFuture<'a>
 where
     Req: FromJson + Send + 'a,
     Resp: ToJson,
     F: FnOnce(tonic::Request<Req>) -> Fut + Send + 'a,
     Fut: Future<Output = Result<tonic::Response<Resp>, Status>> + Send + 'a,
 {
-    let request = Req::from_json(&value);
+    let request = Req::from_json_within(&value, max_message);
     Box::pin(async move {
         let response = method(with_credentials(request?, &credentials)).await?;
         Ok(Answer::Message(to_json_string(response.get_ref())))
@@ -149,6 +165,7 @@ where
 /// with its responses as they come.
 fn call_stream<'a, Req, Resp, S, F, Fut>(
     value: Value,
+    max_message: usize,
     credentials: Credentials,
     method: F,
 ) -> RouteFuture<'a>
@@ -159,7 +176,7 @@ where
     F: FnOnce(tonic::Request<Req>) -> Fut + Send + 'a,
     Fut: Future<Output = Result<tonic::Response<S>, Status>> + Send + 'a,
 {
-    let request = Req::from_json(&value);
+    let request = Req::from_json_within(&value, max_message);
     Box::pin(async move {
         let responses = method(with_credentials(request?, &credentials)).await?;
         Ok(Answer::Lines(Box::pin(result_lines(
@@ -171,7 +188,7 @@ where
 macro_rules! unary {
     ($name:ident, $service:ident . $method:ident) => {
         fn $name(gateway: &Gateway, value: Value, credentials: Credentials) -> RouteFuture<'_> {
-            call(value, credentials, move |request| {
+            call(value, gateway.max_message(), credentials, move |request| {
                 gateway.$service.$method(request)
             })
         }
@@ -181,7 +198,7 @@ macro_rules! unary {
 macro_rules! server_stream {
     ($name:ident, $service:ident . $method:ident) => {
         fn $name(gateway: &Gateway, value: Value, credentials: Credentials) -> RouteFuture<'_> {
-            call_stream(value, credentials, move |request| {
+            call_stream(value, gateway.max_message(), credentials, move |request| {
                 gateway.$service.$method(request)
             })
         }
@@ -370,6 +387,28 @@ fn request_value(body: &[u8]) -> Result<Value, Status> {
     }
 }
 
+enum BodyError {
+    /// Longer than allowed: the bytes read when that showed.
+    TooLong(usize),
+    Read(String),
+}
+
+/// A request body of at most `max` bytes.
+async fn read_body(mut body: Body, max: usize) -> Result<Vec<u8>, BodyError> {
+    use http_body_util::BodyExt;
+    let mut bytes = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| BodyError::Read(e.to_string()))?;
+        if let Ok(data) = frame.into_data() {
+            if bytes.len() + data.len() > max {
+                return Err(BodyError::TooLong(bytes.len() + data.len()));
+            }
+            bytes.extend_from_slice(&data);
+        }
+    }
+    Ok(bytes)
+}
+
 /// Serves one route that takes one request.
 pub(crate) async fn serve_route(
     gateway: Arc<Gateway>,
@@ -380,9 +419,13 @@ pub(crate) async fn serve_route(
         return method_not_allowed(None);
     }
     let credentials = credentials(request.headers());
-    let body = match axum::body::to_bytes(request.into_body(), gateway.max_body()).await {
+    let body = match read_body(request.into_body(), gateway.max_body()).await {
         Ok(body) => body,
-        Err(e) => return error_response(&Status::invalid_argument(e.to_string())),
+        // etcd's gateway reads it all, and grpc-go then refuses its message
+        Err(BodyError::TooLong(read)) => {
+            return error_response(&reflect::too_large(read, gateway.max_message()))
+        }
+        Err(BodyError::Read(e)) => return error_response(&Status::invalid_argument(e)),
     };
     let value = match request_value(&body) {
         Ok(value) => value,

@@ -51,14 +51,33 @@ fn descriptor<T: Name>() -> Result<MessageDescriptor, Status> {
 
 /// Turns a JSON request body into a request message.
 pub(crate) trait FromJson: Sized {
-    fn from_json(value: &Value) -> Result<Self, Status>;
+    /// Without a size limit (the tests' way in).
+    #[cfg(test)]
+    fn from_json(value: &Value) -> Result<Self, Status> {
+        Self::from_json_within(value, usize::MAX)
+    }
+
+    /// [`FromJson::from_json`], refusing a message that takes more than
+    /// `max_bytes` on the wire as grpc-go refuses what etcd's gateway
+    /// sends it over its loopback gRPC connection.
+    fn from_json_within(value: &Value, max_bytes: usize) -> Result<Self, Status>;
 }
 
 impl<T: Message + Name + Default + 'static> FromJson for T {
-    fn from_json(value: &Value) -> Result<T, Status> {
-        let message = read_message(&descriptor::<T>()?, value)?;
-        api::codec::decode_request(Bytes::from(message.encode_to_vec()))
+    fn from_json_within(value: &Value, max_bytes: usize) -> Result<T, Status> {
+        let message = read_message(&descriptor::<T>()?, value)?.encode_to_vec();
+        if message.len() > max_bytes {
+            return Err(too_large(message.len(), max_bytes));
+        }
+        api::codec::decode_request(Bytes::from(message))
     }
+}
+
+/// grpc-go's refusal of a message above its receive limit.
+pub(crate) fn too_large(size: usize, max_bytes: usize) -> Status {
+    Status::resource_exhausted(format!(
+        "grpc: received message larger than max ({size} vs. {max_bytes})"
+    ))
 }
 
 /// Writes a response message as JSON.

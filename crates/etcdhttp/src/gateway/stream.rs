@@ -18,7 +18,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
 use super::json::syntax_error;
-use super::reflect::{FromJson, ToJson};
+use super::reflect::{too_large, FromJson, ToJson};
 use super::{error_response, http_status, Gateway};
 use crate::method_not_allowed;
 use v3rpc::auth::Credentials;
@@ -103,10 +103,15 @@ impl JsonValues {
 
     /// Decodes the values as requests, in order, up to the first that is
     /// not one or the syntax error, which ends the list as an Err.
-    pub(super) fn decode<Req: FromJson>(&mut self, values: Vec<Value>) -> Vec<Result<Req, Status>> {
+    /// Each may take `max_bytes` on the wire.
+    pub(super) fn decode<Req: FromJson>(
+        &mut self,
+        values: Vec<Value>,
+        max_bytes: usize,
+    ) -> Vec<Result<Req, Status>> {
         let mut requests = Vec::with_capacity(values.len() + 1);
         for value in &values {
-            let request = Req::from_json(value);
+            let request = Req::from_json_within(value, max_bytes);
             let failed = request.is_err();
             requests.push(request);
             if failed {
@@ -150,6 +155,7 @@ where
         return method_not_allowed(None);
     }
     let max_body = gateway.max_body();
+    let max_message = gateway.max_message();
     let credentials = super::credentials(request.headers());
     let mut body = request.into_body();
     let mut values = JsonValues::new();
@@ -164,16 +170,16 @@ where
                 if let Ok(data) = frame.into_data() {
                     let parsed = values.push(&data);
                     if values.buffer.len() > max_body {
-                        return error_response(&Status::resource_exhausted("request too large"));
+                        return error_response(&too_large(values.buffer.len(), max_message));
                     }
-                    pending = values.decode(parsed);
+                    pending = values.decode(parsed, max_message);
                 }
             }
             Some(Err(e)) => return error_response(&Status::unknown(e.to_string())),
             None => {
                 ended = true;
                 values.finish();
-                pending = values.decode(Vec::new());
+                pending = values.decode(Vec::new(), max_message);
             }
         }
     }
@@ -203,18 +209,18 @@ where
                         let parsed = values.push(&data);
                         if values.buffer.len() > max_body {
                             let _ = tx
-                                .send(Err(Status::resource_exhausted("request too large")))
+                                .send(Err(too_large(values.buffer.len(), max_message)))
                                 .await;
                             return;
                         }
-                        pending = values.decode(parsed);
+                        pending = values.decode(parsed, max_message);
                     }
                 }
                 Some(Err(_)) => return,
                 None => {
                     ended = true;
                     values.finish();
-                    pending = values.decode(Vec::new());
+                    pending = values.decode(Vec::new(), max_message);
                 }
             }
         }
@@ -291,7 +297,8 @@ mod tests {
     fn requests_before_a_syntax_error_are_kept_and_the_error_ends_them() {
         let mut values = JsonValues::new();
         let parsed = values.push(b"{\"ID\":\"1\"}{\"ID\":2} xx {\"ID\":3}");
-        let requests: Vec<Result<LeaseKeepAliveRequest, Status>> = values.decode(parsed);
+        let requests: Vec<Result<LeaseKeepAliveRequest, Status>> =
+            values.decode(parsed, usize::MAX);
         assert_eq!(requests.len(), 3);
         assert_eq!(requests[0].as_ref().unwrap().id, 1);
         assert_eq!(requests[1].as_ref().unwrap().id, 2);
@@ -303,14 +310,16 @@ mod tests {
 
         let mut values = JsonValues::new();
         let parsed = values.push(b"[1] {\"ID\":2}");
-        let requests: Vec<Result<LeaseKeepAliveRequest, Status>> = values.decode(parsed);
+        let requests: Vec<Result<LeaseKeepAliveRequest, Status>> =
+            values.decode(parsed, usize::MAX);
         assert_eq!(requests.len(), 1, "a request that is not one ends the list");
         assert!(requests[0].is_err());
 
         let mut values = JsonValues::new();
         assert!(values.push(b"{\"ID\":").is_empty());
         values.finish();
-        let requests: Vec<Result<LeaseKeepAliveRequest, Status>> = values.decode(Vec::new());
+        let requests: Vec<Result<LeaseKeepAliveRequest, Status>> =
+            values.decode(Vec::new(), usize::MAX);
         assert!(requests[0].is_err(), "a body cut short is a syntax error");
     }
 }

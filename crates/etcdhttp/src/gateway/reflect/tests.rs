@@ -315,3 +315,17 @@ fn request_fields_take_orig_and_camel_case_names() {
         Some(request_op::Request::RequestPut(_))
     ));
 }
+
+#[test]
+fn a_message_above_the_limit_gets_grpc_gos_refusal() {
+    // {"key": "k", "value": 20 bytes}: 2 + 1 + 2 + 20 = 25 bytes on the wire
+    let value = parse(r#"{"key":"aw==","value":"MDEyMzQ1Njc4OTAxMjM0NTY3ODk="}"#);
+    let put = api::etcdserverpb::PutRequest::from_json_within(&value, 25).unwrap();
+    assert_eq!(put.value.len(), 20);
+    let refused = api::etcdserverpb::PutRequest::from_json_within(&value, 24).unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    assert_eq!(
+        refused.message(),
+        "grpc: received message larger than max (25 vs. 24)"
+    );
+}

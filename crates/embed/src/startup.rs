@@ -223,13 +223,15 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
 
 /// etcd's "starting an etcd server" line.
 fn log_start(cfg: &ServerConfig, restarted: bool) {
+    // etcd's --wal-dir: '' unless given
+    let wal_dir = cfg.dedicated_wal_dir.clone().unwrap_or_default();
     tracing::info!(
         "etcd-version" = ETCD_VERSION,
         "oxcd-version" = env!("CARGO_PKG_VERSION"),
         name = %cfg.name,
         "data-dir" = %cfg.data_dir.display(),
-        "wal-dir" = %cfg.dedicated_wal_dir.as_deref().unwrap_or(std::path::Path::new("")).display(),
-        "wal-dir-dedicated" = %cfg.dedicated_wal_dir.as_deref().unwrap_or(std::path::Path::new("")).display(),
+        "wal-dir" = %wal_dir.display(),
+        "wal-dir-dedicated" = %wal_dir.display(),
         "member-dir" = %cfg.member_dir().display(),
         "max-wals" = cfg.max_wals,
         "max-snapshots" = cfg.max_snapshots,

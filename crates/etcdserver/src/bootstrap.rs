@@ -220,7 +220,10 @@ pub fn prepare_data_dir(cfg: &ServerConfig) -> Result<(), StartError> {
     }
     let wal = cfg.wal_dir();
     consensus::fileutil::create_private_dir_all(&wal).map_err(|e| {
-        StartError::DataDir(format!("cannot access WAL directory {}: {e}", wal.display()))
+        StartError::DataDir(format!(
+            "cannot access WAL directory {}: {e}",
+            wal.display()
+        ))
     })?;
     check_backend_is_ours(&cfg.backend_path())
 }

@@ -585,12 +585,7 @@ mod tests {
 
     #[test]
     fn no_effect_flags_are_noted_once_and_refused_ones_refused() {
-        let cfg = config(&[
-            "--enable-v2=true",
-            "--backend-bbolt-freelist-type",
-            "array",
-        ])
-        .unwrap();
+        let cfg = config(&["--enable-v2=true", "--backend-bbolt-freelist-type", "array"]).unwrap();
         let flagged: Vec<&str> = cfg
             .notes
             .iter()
@@ -619,7 +614,9 @@ mod tests {
         ])
         .unwrap();
         assert!(
-            !cfg.notes.iter().any(|n| n.msg == "flag has no effect in oxcd"),
+            !cfg.notes
+                .iter()
+                .any(|n| n.msg == "flag has no effect in oxcd"),
             "{:?}",
             cfg.notes
         );
@@ -628,8 +625,25 @@ mod tests {
         assert_eq!(cfg.wal_dir(), PathBuf::from("/fast/wal"));
         assert_eq!(cfg.max_wals, 0);
         // --wal-dir '' is the default: member/wal
-        let cfg = config(&["--data-dir", "/d", "--wal-dir", ""]).unwrap().server;
+        let cfg = config(&["--data-dir", "/d", "--wal-dir", ""])
+            .unwrap()
+            .server;
         assert_eq!(cfg.wal_dir(), PathBuf::from("/d/member/wal"));
+        // etcd's variables and config file keys
+        let env = [("ETCD_WAL_DIR", "/e/wal"), ("ETCD_MAX_WALS", "3")]
+            .map(|(k, v)| (k.to_string(), v.to_string()));
+        let flags = match flags::parse(&[], &env).unwrap() {
+            flags::Parsed::Run(flags) => flags,
+            other => panic!("{other:?}"),
+        };
+        let cfg = config_from(&flags).unwrap().server;
+        assert_eq!(cfg.wal_dir(), PathBuf::from("/e/wal"));
+        assert_eq!(cfg.max_wals, 3);
+        let file = "wal-dir: /f/wal\nmax-wals: 0\n";
+        let flags = crate::config_file::load(&flags, "etcd.conf.yml", file).unwrap();
+        let cfg = config_from(&flags).unwrap().server;
+        assert_eq!(cfg.wal_dir(), PathBuf::from("/f/wal"));
+        assert_eq!(cfg.max_wals, 0);
     }
 
     #[test]

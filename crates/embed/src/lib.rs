@@ -4,6 +4,7 @@
 //! the metrics port), runs its background loops, and stops it in order.
 
 pub mod access;
+mod distributed_tracing;
 pub mod grpc_compat;
 pub mod listeners;
 pub mod logutil;
@@ -11,5 +12,6 @@ pub mod ping_policy;
 pub mod secure;
 pub mod startup;
 
+pub use etcdserver::config::DistributedTracing;
 pub use etcdserver::{ServerConfig, StartError};
 pub use startup::{start, Member as RunningMember};

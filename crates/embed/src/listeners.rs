@@ -362,9 +362,10 @@ pub(crate) fn serve_clients(
     listener: ClientListener,
     tls: Option<Arc<rustls::ServerConfig>>,
     serves: Serves,
+    request_tracing: Option<crate::distributed_tracing::RequestTracingLayer>,
     mut shutdown: watch::Receiver<bool>,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let routes = client_routes(&server, &shutdown, serves);
+    let routes = client_routes(&server, &shutdown, serves, request_tracing);
     // where etcd's grpc-go serves the connections itself (see ping_policy)
     let ping_min_time = (serves.grpc && (tls.is_none() || !serves.http))
         .then_some(server.cfg.grpc_keepalive_min_time);
@@ -437,10 +438,13 @@ pub(crate) struct Serves {
     pub(crate) http: bool,
 }
 
+/// With distributed tracing, the gRPC routes get its layer; without, they
+/// are as they were.
 fn client_routes(
     server: &Arc<EtcdServer>,
     shutdown: &watch::Receiver<bool>,
     serves: Serves,
+    request_tracing: Option<crate::distributed_tracing::RequestTracingLayer>,
 ) -> tonic::service::Routes {
     let max_request = server.cfg.max_request_bytes + GRPC_OVERHEAD_BYTES;
     macro_rules! limits {
@@ -476,6 +480,10 @@ fn client_routes(
         .add_service(limits!(AuthServer::new(AuthService::new(server.clone()))))
         .clone()
         .routes();
+    let grpc = match request_tracing {
+        Some(layer) => tonic::service::Routes::from(grpc.into_axum_router().route_layer(layer)),
+        None => grpc,
+    };
     let gateway = server
         .cfg
         .enable_grpc_gateway

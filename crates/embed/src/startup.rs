@@ -12,6 +12,7 @@ use consensus::{RaftConfig, RaftHandle};
 use mvcc::Store;
 use tokio::sync::watch;
 
+use crate::distributed_tracing::RequestTracing;
 use crate::listeners::{bind, serve_clients, serve_metrics, serve_peers, ClientListener, Serves};
 use etcdserver::alarms::Alarms;
 use etcdserver::apply::{ApplyLoop, StateMachine};
@@ -39,6 +40,8 @@ pub struct Member {
     removed: Arc<watch::Sender<bool>>,
     /// Set when a peer refuses this member's raft link as removed.
     refused_as_removed: watch::Receiver<bool>,
+    /// `--experimental-enable-distributed-tracing`'s provider; None: off.
+    request_tracing: Option<RequestTracing>,
 }
 
 impl Member {
@@ -93,6 +96,10 @@ impl Member {
         for task in self.serving.drain(..) {
             let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
         }
+        // as etcd: the spans still queued go out once the listeners are closed
+        if let Some(request_tracing) = self.request_tracing.take() {
+            let _ = tokio::task::spawn_blocking(move || request_tracing.shutdown()).await;
+        }
         let raft = self.server.raft.clone();
         let apply_thread = self.apply_thread.take();
         let _ = tokio::task::spawn_blocking(move || {
@@ -136,6 +143,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     let metrics = Arc::new(Metrics::new(identity.member.id, cfg.metrics_extensive));
     check_volume(&cfg)?;
     prepare_data_dir(&cfg)?;
+    let request_tracing = cfg.distributed_tracing.as_ref().map(RequestTracing::start);
     log_start(&cfg, identity.restarted);
     let backend = open_backend(&cfg, &metrics).await?;
     let removed_members: Vec<u64> = backend
@@ -207,6 +215,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
         apply_thread: Some(apply.thread),
         removed,
         refused_as_removed: peer_transport.removed_notice(),
+        request_tracing,
     };
     serve_peer_urls(&mut member, &peer_transport, &shutdown_rx).await?;
     if cfg.initial_corrupt_check {
@@ -308,6 +317,7 @@ async fn serve_client_urls(
             listener,
             secure,
             serves,
+            member.request_tracing.as_ref().map(RequestTracing::layer),
             shutdown.clone(),
         );
         member.serving.push(tokio::spawn(serve));

@@ -125,6 +125,24 @@ pub struct ServerConfig {
     /// `--self-signed-cert-validity`: years an auto-TLS certificate is
     /// valid for.
     pub self_signed_cert_validity: u32,
+    /// `--experimental-enable-distributed-tracing` and its settings: an
+    /// OpenTelemetry span for every gRPC request, sent to an OTLP
+    /// collector; None: off (nothing is installed).
+    pub distributed_tracing: Option<DistributedTracing>,
+}
+
+/// etcd's `--experimental-distributed-tracing-*` flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DistributedTracing {
+    /// The collector's `host:port`, spoken to over plain-text gRPC.
+    pub address: String,
+    /// The `service.name` resource attribute.
+    pub service_name: String,
+    /// The `service.instance.id` resource attribute; empty: none.
+    pub service_instance_id: String,
+    /// Root spans sampled per million (0..=1,000,000); a request whose
+    /// `traceparent` names a parent follows the parent's decision.
+    pub sampling_rate_per_million: u32,
 }
 
 impl ServerConfig {
@@ -202,6 +220,7 @@ impl Default for ServerConfig {
             peer_auto_tls: false,
             peer_skip_client_san_verification: false,
             self_signed_cert_validity: 1,
+            distributed_tracing: None,
         }
     }
 }

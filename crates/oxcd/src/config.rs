@@ -179,6 +179,7 @@ pub fn config_from(flags: &Flags) -> Result<Config, String> {
             token_ttl: Duration::from_secs(flags.uint("auth-token-ttl")),
             bcrypt_cost: u32::try_from(flags.uint("bcrypt-cost")).unwrap_or(u32::MAX),
         },
+        distributed_tracing: distributed_tracing(flags),
         ..ServerConfig::default()
     };
     let discovery_srv = match flags.str("discovery-srv") {
@@ -192,6 +193,28 @@ pub fn config_from(flags: &Flags) -> Result<Config, String> {
         server,
         notes,
         discovery_srv,
+    })
+}
+
+/// `--experimental-enable-distributed-tracing` and its settings (the rate
+/// already checked by [`validate`]); None when off.
+fn distributed_tracing(flags: &Flags) -> Option<embed::DistributedTracing> {
+    if !flags.bool("experimental-enable-distributed-tracing") {
+        return None;
+    }
+    let rate = flags.int("experimental-distributed-tracing-sampling-rate");
+    Some(embed::DistributedTracing {
+        address: flags
+            .str("experimental-distributed-tracing-address")
+            .to_string(),
+        service_name: flags
+            .str("experimental-distributed-tracing-service-name")
+            .to_string(),
+        service_instance_id: flags
+            .str("experimental-distributed-tracing-instance-id")
+            .to_string(),
+        sampling_rate_per_million: u32::try_from(rate.clamp(0, MAX_SAMPLING_RATE_PER_MILLION))
+            .unwrap_or(0),
     })
 }
 
@@ -523,6 +546,43 @@ mod tests {
             flags::Parsed::Run(flags) => config_from(&flags),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_tracing_flags_make_the_tracing_config_only_when_enabled() {
+        assert_eq!(config(&[]).unwrap().server.distributed_tracing, None);
+        // etcd checks the rate only with tracing on
+        let off = config(&["--experimental-distributed-tracing-sampling-rate", "-5"]).unwrap();
+        assert_eq!(off.server.distributed_tracing, None);
+        let defaults = config(&["--experimental-enable-distributed-tracing"]).unwrap();
+        assert_eq!(
+            defaults.server.distributed_tracing,
+            Some(embed::DistributedTracing {
+                address: "localhost:4317".into(),
+                service_name: "etcd".into(),
+                service_instance_id: String::new(),
+                sampling_rate_per_million: 0,
+            })
+        );
+        let set = config(&[
+            "--experimental-enable-distributed-tracing",
+            "--experimental-distributed-tracing-address=collector:4317",
+            "--experimental-distributed-tracing-service-name=kv",
+            "--experimental-distributed-tracing-instance-id=m1",
+            "--experimental-distributed-tracing-sampling-rate=1000000",
+        ])
+        .unwrap();
+        assert_eq!(
+            set.server.distributed_tracing,
+            Some(embed::DistributedTracing {
+                address: "collector:4317".into(),
+                service_name: "kv".into(),
+                service_instance_id: "m1".into(),
+                sampling_rate_per_million: 1_000_000,
+            })
+        );
+        // effective now: no "has no effect" note
+        assert!(!set.notes.iter().any(|n| n.msg == "flag has no effect in oxcd"));
     }
 
     #[test]

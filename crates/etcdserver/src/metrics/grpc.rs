@@ -30,7 +30,7 @@ use prometheus::{
 };
 
 /// gRPC's codes by number, as go-grpc-prometheus prints them.
-const CODES: [&str; 17] = [
+pub const CODES: [&str; 17] = [
     "OK",
     "Canceled",
     "Unknown",
@@ -53,7 +53,7 @@ const CANCELED: usize = 1;
 const UNKNOWN: usize = 2;
 
 /// Every method etcd 3.5 serves on the client port: (service, method, type).
-const METHODS: &[(&str, &str, &str)] = &[
+pub const METHODS: &[(&str, &str, &str)] = &[
     ("etcdserverpb.KV", "Range", "unary"),
     ("etcdserverpb.KV", "Put", "unary"),
     ("etcdserverpb.KV", "DeleteRange", "unary"),

@@ -103,6 +103,43 @@ fn tls_sections_set_both_sides() {
     assert!(cfg.client_tls.client_cert_auth);
 }
 
+#[test]
+fn the_tracing_keys_turn_tracing_on() {
+    let flags = from_file(
+        &["--config-file=f"],
+        &[],
+        "experimental-enable-distributed-tracing: true\n\
+         experimental-distributed-tracing-address: 127.0.0.1:4318\n\
+         experimental-distributed-tracing-service-name: kv\n\
+         experimental-distributed-tracing-instance-id: m1\n\
+         experimental-distributed-tracing-sampling-rate: 500000\n",
+    )
+    .unwrap();
+    let tracing = crate::config_from(&flags)
+        .unwrap()
+        .server
+        .distributed_tracing;
+    assert_eq!(
+        tracing,
+        Some(embed::DistributedTracing {
+            address: "127.0.0.1:4318".into(),
+            service_name: "kv".into(),
+            service_instance_id: "m1".into(),
+            sampling_rate_per_million: 500_000,
+        })
+    );
+    let bad = from_file(
+        &["--config-file=f"],
+        &[],
+        "experimental-enable-distributed-tracing: true\nexperimental-distributed-tracing-sampling-rate: -1\n",
+    )
+    .unwrap();
+    assert_eq!(
+        crate::config_from(&bad).unwrap_err(),
+        "distributed tracing configurition is not valid: (tracing sampling rate must be positive)"
+    );
+}
+
 /// Each error as etcd 3.5.16 prints it (checked with its binary).
 #[test]
 fn wrong_types_are_refused_with_gos_errors() {

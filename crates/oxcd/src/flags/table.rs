@@ -30,7 +30,6 @@ const fn flag(
 
 const NO_V2: &str = "oxcd serves the v3 API only; there is no v2 API or v2 store";
 const NO_V2_PROXY: &str = "oxcd has no v2 proxy mode";
-const NO_TRACING: &str = "oxcd does not export OpenTelemetry traces yet";
 const LOGS_TO_STDERR: &str = "oxcd logs to stderr only, without rotation, for now";
 
 /// etcd 3.5's flags in its `--help` order, then those it takes without
@@ -122,11 +121,11 @@ pub(crate) static FLAGS: &[Spec] = &[
     flag("enable-log-rotation", Bool, "false", Some("'false'"), Logging, "Enable log rotation of a single log-outputs file target.", NoEffect(LOGS_TO_STDERR)),
     flag("log-rotation-config-json", Str, r#"{"maxsize": 100, "maxage": 0, "maxbackups": 0, "localtime": false, "compress": false}"#, Some(r#"'{"maxsize": 100, "maxage": 0, "maxbackups": 0, "localtime": false, "compress": false}'"#), Logging, "Configures log rotation if enabled with a JSON logger config. MaxSize(MB), MaxAge(days,0=no limit), MaxBackups(0=no limit), LocalTime(use computers local time), Compress(gzip)\". ", NoEffect(LOGS_TO_STDERR)),
     // Experimental distributed tracing
-    flag("experimental-enable-distributed-tracing", Bool, "false", Some("'false'"), Tracing, "Enable experimental distributed tracing.", NoEffect(NO_TRACING)),
-    flag("experimental-distributed-tracing-address", Str, "localhost:4317", Some("'localhost:4317'"), Tracing, "Distributed tracing collector address.", NoEffect(NO_TRACING)),
-    flag("experimental-distributed-tracing-service-name", Str, "etcd", Some("'etcd'"), Tracing, "Distributed tracing service name, must be same across all etcd instances.", NoEffect(NO_TRACING)),
-    flag("experimental-distributed-tracing-instance-id", Str, "", Some("''"), Tracing, "Distributed tracing instance ID, must be unique per each etcd instance.", NoEffect(NO_TRACING)),
-    flag("experimental-distributed-tracing-sampling-rate", Int, "0", Some("'0'"), Tracing, "Number of samples to collect per million spans for distributed tracing. Disabled by default.", NoEffect(NO_TRACING)),
+    flag("experimental-enable-distributed-tracing", Bool, "false", Some("'false'"), Tracing, "Enable experimental distributed tracing.", Effective),
+    flag("experimental-distributed-tracing-address", Str, "localhost:4317", Some("'localhost:4317'"), Tracing, "Distributed tracing collector address.", Effective),
+    flag("experimental-distributed-tracing-service-name", Str, "etcd", Some("'etcd'"), Tracing, "Distributed tracing service name, must be same across all etcd instances.", Effective),
+    flag("experimental-distributed-tracing-instance-id", Str, "", Some("''"), Tracing, "Distributed tracing instance ID, must be unique per each etcd instance.", Effective),
+    flag("experimental-distributed-tracing-sampling-rate", Int, "0", Some("'0'"), Tracing, "Number of samples to collect per million spans for distributed tracing. Disabled by default.", Effective),
     // v2 Proxy
     flag("proxy", OneOf(&["off", "readonly", "on"]), "off", Some("'off'"), Proxy, "Proxy mode setting ('off', 'readonly' or 'on').", Refused(NO_V2_PROXY)),
     flag("proxy-failure-wait", Uint, "5000", Some("5000"), Proxy, "Time (in milliseconds) an endpoint will be held in a failed state.", NoEffect(NO_V2_PROXY)),

@@ -5,6 +5,7 @@
 
 use std::process::ExitCode;
 
+use embed::logutil::{LogSettings, SetupError};
 use oxcd::flags::{self, Level, Note, Parsed};
 
 /// mimalloc instead of glibc's malloc: under 100 concurrent clients glibc's
@@ -129,6 +130,17 @@ fn read_config_file(path: &str) -> Result<String, String> {
     })
 }
 
+/// etcd's logging flags.
+fn log_settings(flags: &flags::Flags) -> LogSettings {
+    LogSettings {
+        logger: flags.str("logger").to_string(),
+        outputs: flags.list("log-outputs").to_vec(),
+        level: flags.str("log-level").to_string(),
+        enable_rotation: flags.bool("enable-log-rotation"),
+        rotation_config_json: flags.str("log-rotation-config-json").to_string(),
+    }
+}
+
 /// etcd's "failed to verify flags": logged, exit status 1.
 fn refuse(error: &str) -> ExitCode {
     tracing::warn!(error = %error, "failed to verify flags");
@@ -159,7 +171,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
         Err(e) => {
-            let _ = embed::logutil::init("info");
+            embed::logutil::init_default();
             return refuse(&e.message);
         }
     };
@@ -171,24 +183,46 @@ fn main() -> ExitCode {
         {
             Ok(from_file) => Box::new(from_file),
             Err(e) => {
-                let _ = embed::logutil::init("info");
+                embed::logutil::init_default();
                 return refuse(&e);
             }
         },
     };
-    if let Err(e) = embed::logutil::init(flags.str("log-level")) {
-        eprintln!("oxcd: {e}");
-        return ExitCode::from(2);
+    // as etcd: what reading the variables found goes to its default
+    // logger (stderr); the config file's line to the configured one
+    let (loaded, notes): (Vec<&Note>, Vec<&Note>) = flags
+        .notes
+        .iter()
+        .partition(|note| note.msg == oxcd::config_file::LOADED);
+    let fatal = embed::logutil::with_default_logger(|| {
+        notes.iter().find(|note| {
+            log_note(note);
+            note.level == Level::Fatal
+        })
+    });
+    if let Some(note) = fatal {
+        eprintln!("oxcd: {}", note.msg);
+        return ExitCode::FAILURE;
     }
-    // as etcd: what reading the variables logged, then the command line
-    for note in &flags.notes {
+    let args: Vec<String> = std::env::args().collect();
+    if let Err(e) = embed::logutil::setup(&log_settings(&flags)) {
+        return match e {
+            // etcd panics here: exit status 2
+            SetupError::UnknownLevel(e) => {
+                eprintln!("oxcd: {e}");
+                ExitCode::from(2)
+            }
+            SetupError::Invalid(e) => {
+                embed::logutil::init_default();
+                tracing::info!(args = %embed::logutil::strings(&args), "Running: ");
+                refuse(&e)
+            }
+        };
+    }
+    for note in loaded {
         log_note(note);
-        if note.level == Level::Fatal {
-            eprintln!("oxcd: {}", note.msg);
-            return ExitCode::FAILURE;
-        }
     }
-    tracing::info!(args = ?std::env::args().collect::<Vec<_>>(), "Running: ");
+    tracing::info!(args = %embed::logutil::strings(&args), "Running: ");
     #[cfg(feature = "failpoints")]
     if let Err(code) = arm_failpoints() {
         return code;

@@ -139,7 +139,7 @@ pub(crate) fn list(value: &Value) -> Result<&[Value], Status> {
 /// A JSON syntax error in the words of Go's encoding/json, which is what
 /// grpc-gateway answers ("invalid character 'x' looking for beginning of
 /// value", "unexpected EOF"); serde_json's own words for the rarer ones.
-pub(crate) fn syntax_error(input: &[u8], error: &serde_json::Error) -> String {
+pub fn syntax_error(input: &[u8], error: &serde_json::Error) -> String {
     if error.classify() == serde_json::error::Category::Eof {
         return "unexpected EOF".to_string();
     }

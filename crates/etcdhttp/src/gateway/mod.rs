@@ -21,6 +21,8 @@ pub(crate) mod json;
 mod reflect;
 mod stream;
 
+pub use json::syntax_error;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

@@ -88,7 +88,7 @@ impl Member {
     /// Stops serving, stops raft, finishes applying and commits the backend
     /// durably. Every acknowledged write is in the WAL and in the backend.
     pub async fn stop(mut self) {
-        tracing::info!(name = %self.server.cfg.name, "closing etcd server");
+        log_closing(&self.server.cfg, "closing etcd server");
         if self.server.raft.fatal().cause().is_some() {
             self.server.abandon_waiting_proposals();
         }
@@ -100,6 +100,7 @@ impl Member {
         if let Some(request_tracing) = self.request_tracing.take() {
             let _ = tokio::task::spawn_blocking(move || request_tracing.shutdown()).await;
         }
+        log_leadership_kept(&self.server);
         let raft = self.server.raft.clone();
         let apply_thread = self.apply_thread.take();
         let _ = tokio::task::spawn_blocking(move || {
@@ -109,7 +110,43 @@ impl Member {
             }
         })
         .await;
-        tracing::info!(name = %self.server.cfg.name, "closed etcd server");
+        log_closing(&self.server.cfg, "closed etcd server");
+    }
+}
+
+/// etcd's "closing etcd server" and "closed etcd server" lines.
+fn log_closing(cfg: &ServerConfig, msg: &'static str) {
+    tracing::info!(
+        name = %cfg.name,
+        "data-dir" = %cfg.data_dir.display(),
+        "advertise-peer-urls" = %crate::logutil::strings(&cfg.initial_advertise_peer_urls),
+        "advertise-client-urls" = %crate::logutil::strings(&cfg.advertise_client_urls),
+        "{msg}"
+    );
+}
+
+/// etcd hands leadership over before it stops (TransferLeadership); of
+/// its lines, those for the cases where it keeps it. oxcd's leader of a
+/// larger cluster stops without handing over (its followers elect anew).
+fn log_leadership_kept(server: &EtcdServer) {
+    let status = server.raft.status();
+    let (id, leader) = (
+        format!("{:x}", server.member.id),
+        format!("{:x}", status.leader),
+    );
+    if !status.is_leader {
+        tracing::info!("local-member-id" = %id, "current-leader-member-id" = %leader,
+            "skipped leadership transfer; local server is not leader");
+    } else if server
+        .members
+        .list()
+        .iter()
+        .filter(|m| !m.is_learner)
+        .count()
+        <= 1
+    {
+        tracing::info!("local-member-id" = %id, "current-leader-member-id" = %leader,
+            "skipped leadership transfer for single voting member cluster");
     }
 }
 
@@ -200,6 +237,12 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
             me.clone(),
         )
     });
+    tracing::info!(
+        "local-member-id" = %format!("{:x}", server.member.id),
+        "local-server-version" = ETCD_VERSION,
+        "cluster-version" = if identity.restarted { CLUSTER_VERSION } else { "to_be_decided" },
+        "starting etcd server"
+    );
     if let Some(tls) = &peer_tls {
         server.set_peer_client_tls(tls.client.clone());
     }
@@ -227,7 +270,23 @@ pub async fn start(cfg: ServerConfig) -> Result<Member, StartError> {
     let addrs = (client_addrs, http_addrs, metrics_addrs);
     serve_client_urls(&mut member, addrs, client_tls, &shutdown_rx).await?;
     start_background_loops(&mut member, &shutdown_rx);
+    log_serving(&member.server);
     Ok(member)
+}
+
+/// etcd's "now serving peer/client/metrics" line.
+fn log_serving(server: &EtcdServer) {
+    let cfg = &server.cfg;
+    let urls = crate::logutil::strings;
+    tracing::info!(
+        "local-member-id" = %format!("{:x}", server.member.id),
+        "initial-advertise-peer-urls" = %urls(&cfg.initial_advertise_peer_urls),
+        "listen-peer-urls" = %urls(&cfg.listen_peer_urls),
+        "advertise-client-urls" = %urls(&cfg.advertise_client_urls),
+        "listen-client-urls" = %urls(&cfg.listen_client_urls),
+        "listen-metrics-urls" = %urls(&cfg.listen_metrics_urls),
+        "now serving peer/client/metrics"
+    );
 }
 
 /// etcd's "starting an etcd server" line.
@@ -255,6 +314,10 @@ async fn serve_peer_urls(
     transport: &Arc<PeerTransport>,
     shutdown: &watch::Receiver<bool>,
 ) -> Result<(), StartError> {
+    tracing::info!(
+        "listen-peer-urls" = %crate::logutil::strings(&member.server.cfg.listen_peer_urls),
+        "configuring peer listeners"
+    );
     for url in &member.server.cfg.listen_peer_urls {
         let reuse_port = member.server.cfg.socket_reuse_port;
         let (listener, local) = bind(url, parse_url(url)?, reuse_port).await?;
@@ -279,6 +342,10 @@ async fn serve_client_urls(
     shutdown: &watch::Receiver<bool>,
 ) -> Result<(), StartError> {
     let cfg = member.server.cfg.clone();
+    tracing::info!(
+        "listen-client-urls" = %crate::logutil::strings(&cfg.listen_client_urls),
+        "configuring client listeners"
+    );
     let tls_for = |url: &str| is_tls_url(url).then(|| tls.clone()).flatten();
     let split = !cfg.listen_client_http_urls.is_empty();
     let client = Serves {
@@ -493,6 +560,7 @@ async fn open_backend(cfg: &ServerConfig, metrics: &Metrics) -> Result<Backend, 
     }
     tracing::info!(path = %path.display(), "consistent-index" = store.consistent_index(),
         revision = store.current_revision(), "opened backend db");
+    tracing::info!("current-rev" = store.current_revision(), "kvstore restored");
     Ok(Backend {
         store,
         lessor,
@@ -619,7 +687,8 @@ fn start_apply(
         members.clone(),
         metrics.clone(),
         backend.auth.clone(),
-    );
+    )
+    .with_warning_apply_duration(cfg.warning_apply_duration);
     etcdserver::apply::start(
         machine,
         raft,
@@ -647,6 +716,10 @@ fn start_background_loops(member: &mut Member, shutdown: &watch::Receiver<bool>)
             _ = stop.wait_for(|stop| *stop) => {}
         }
     }));
+    serving.push(tokio::spawn(etcdserver::ticks::adjust(
+        server.clone(),
+        shutdown.clone(),
+    )));
     serving.push(tokio::spawn(etcdserver::lease_driver::run_primacy(
         server.clone(),
         shutdown.clone(),

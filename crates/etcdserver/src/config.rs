@@ -129,6 +129,13 @@ pub struct ServerConfig {
     /// OpenTelemetry span for every gRPC request, sent to an OTLP
     /// collector; None: off (nothing is installed).
     pub distributed_tracing: Option<DistributedTracing>,
+    /// `--experimental-warning-apply-duration`: an apply (or a read-only
+    /// range or txn) slower than this is logged ("apply request took too
+    /// long") and counted in etcd_server_slow_apply_total.
+    pub warning_apply_duration: Duration,
+    /// `--initial-election-tick-advance`: a member of a larger cluster
+    /// fast-forwards its election ticks once its peers are connected.
+    pub initial_election_tick_advance: bool,
 }
 
 /// etcd's `--experimental-distributed-tracing-*` flags.
@@ -221,6 +228,8 @@ impl Default for ServerConfig {
             peer_skip_client_san_verification: false,
             self_signed_cert_validity: 1,
             distributed_tracing: None,
+            warning_apply_duration: Duration::from_millis(100),
+            initial_election_tick_advance: true,
         }
     }
 }

@@ -21,6 +21,7 @@ pub mod compactor;
 pub mod config;
 pub mod corrupt;
 pub mod errors;
+pub mod expensive;
 #[cfg(test)]
 mod fuzz_tests;
 pub mod lease_driver;
@@ -30,6 +31,7 @@ pub mod peers;
 pub mod reconfig;
 pub mod server;
 pub mod snapshot;
+pub mod ticks;
 pub mod wait;
 
 // Failpoint sites (`crate::fail_point!`) are compiled in only with the

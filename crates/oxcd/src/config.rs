@@ -180,6 +180,8 @@ pub fn config_from(flags: &Flags) -> Result<Config, String> {
             bcrypt_cost: u32::try_from(flags.uint("bcrypt-cost")).unwrap_or(u32::MAX),
         },
         distributed_tracing: distributed_tracing(flags),
+        warning_apply_duration: flags.duration("experimental-warning-apply-duration"),
+        initial_election_tick_advance: flags.bool("initial-election-tick-advance"),
         ..ServerConfig::default()
     };
     let discovery_srv = match flags.str("discovery-srv") {
@@ -225,23 +227,8 @@ fn go_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// etcd's checks of values each flag's type lets through.
+/// (The logging flags are etcd's first check: `embed::logutil::setup`.)
 fn validate(flags: &Flags, notes: &mut Vec<Note>) -> Result<(), String> {
-    match flags.str("logger") {
-        "zap" => {}
-        "capnslog" => return Err("--logger=capnslog is removed in v3.5".into()),
-        other => return Err(format!("unknown logger option {other:?}")),
-    }
-    if flags.bool("enable-log-rotation") {
-        let outputs = flags.list("log-outputs");
-        let file = outputs.len() == 1
-            && !["default", "stderr", "stdout", "systemd/journal"].contains(&outputs[0].as_str());
-        if !file {
-            return Err(
-                "--log-outputs requires a single file path when --log-rotate-config-json is defined"
-                    .into(),
-            );
-        }
-    }
     for name in [
         "listen-peer-urls",
         "listen-client-urls",
@@ -249,6 +236,13 @@ fn validate(flags: &Flags, notes: &mut Vec<Note>) -> Result<(), String> {
         "listen-metrics-urls",
     ] {
         check_bind_urls(flags.list(name))?;
+    }
+    if flags.list("listen-client-http-urls").is_empty() {
+        notes.push(Note {
+            level: Level::Warn,
+            msg: "Running http and grpc server on single port. This is not recommended for production.",
+            fields: Vec::new(),
+        });
     }
     for (name, urls) in [
         (

@@ -1,6 +1,7 @@
 //! The KV service (etcd's api/v3rpc/key.go + the read path of v3_server.go).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use api::etcdserverpb::kv_server::Kv;
 use api::etcdserverpb::{
@@ -12,7 +13,10 @@ use tonic::{Request, Response, Status};
 use crate::auth::user_of;
 use crate::check_require_leader;
 use crate::checks;
+use api::rpctypes::EtcdError;
+use etcdserver::auth::AuthInfo;
 use etcdserver::errors;
+use etcdserver::expensive::{warn_read_only_range, warn_read_only_txn};
 use etcdserver::EtcdServer;
 
 pub struct KvService {
@@ -39,19 +43,16 @@ impl Kv for KvService {
         if !req.serializable && self.server.is_learner() {
             return Err(api::rpctypes::NOT_SUPPORTED_FOR_LEARNER.status());
         }
-        if !req.serializable {
-            self.server.linearizable_read_notify().await?;
-        }
-        let mut resp = self.server.serialized(
-            user.as_ref(),
-            |auth, user| auth.check_range(user, &req),
-            || {
-                self.server
-                    .store
-                    .range(&req)
-                    .map_err(|e| errors::from_mvcc(&e))
-            },
-        )?;
+        let started = Instant::now();
+        let read = self.read_range(user.as_ref(), &req).await;
+        warn_read_only_range(
+            &self.server.metrics,
+            self.server.cfg.warning_apply_duration,
+            started,
+            &req,
+            read.as_ref().map_err(|e| e.message),
+        );
+        let mut resp = read?;
         self.server.fill_header(&mut resp.header);
         Ok(Response::new(resp))
     }
@@ -88,21 +89,16 @@ impl Kv for KvService {
         let req = request.into_inner();
         checks::check_txn(&req, self.server.cfg.max_txn_ops)?;
         let mut resp = if checks::txn_is_read_only(&req) {
-            if !checks::txn_is_serializable(&req) {
-                self.server.linearizable_read_notify().await?;
-            }
-            // A read-only txn never reaches raft; it is evaluated on a write
-            // handle that changes nothing, hence records no index.
-            self.server.serialized(
-                user.as_ref(),
-                |auth, user| auth.check_txn(user, &req, &self.server.lessor),
-                || {
-                    self.server
-                        .store
-                        .read_txn(&req)
-                        .map_err(|e| errors::from_mvcc(&e))
-                },
-            )?
+            let started = Instant::now();
+            let read = self.read_txn(user.as_ref(), &req).await;
+            warn_read_only_txn(
+                &self.server.metrics,
+                self.server.cfg.warning_apply_duration,
+                started,
+                &req,
+                read.as_ref().map_err(|e| e.message),
+            );
+            read?
         } else {
             self.server
                 .check_quota(etcdserver::alarms::cost_txn(&req))
@@ -125,6 +121,51 @@ impl Kv for KvService {
         let mut resp = self.server.propose_as(user.as_ref(), req).await?;
         self.server.fill_header(&mut resp.header);
         Ok(Response::new(resp))
+    }
+}
+
+impl KvService {
+    /// A range served here (etcd's EtcdServer.Range after v3rpc's checks).
+    async fn read_range(
+        &self,
+        user: Option<&AuthInfo>,
+        req: &RangeRequest,
+    ) -> Result<RangeResponse, EtcdError> {
+        if !req.serializable {
+            self.server.linearizable_read_notify().await?;
+        }
+        self.server.serialized(
+            user,
+            |auth, user| auth.check_range(user, req),
+            || {
+                self.server
+                    .store
+                    .range(req)
+                    .map_err(|e| errors::from_mvcc(&e))
+            },
+        )
+    }
+
+    /// A read-only txn: it never reaches raft; it is evaluated on a write
+    /// handle that changes nothing, hence records no index.
+    async fn read_txn(
+        &self,
+        user: Option<&AuthInfo>,
+        req: &TxnRequest,
+    ) -> Result<TxnResponse, EtcdError> {
+        if !checks::txn_is_serializable(req) {
+            self.server.linearizable_read_notify().await?;
+        }
+        self.server.serialized(
+            user,
+            |auth, user| auth.check_txn(user, req, &self.server.lessor),
+            || {
+                self.server
+                    .store
+                    .read_txn(req)
+                    .map_err(|e| errors::from_mvcc(&e))
+            },
+        )
     }
 }
 

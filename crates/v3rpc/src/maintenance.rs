@@ -79,14 +79,23 @@ impl Maintenance for MaintenanceService {
     ) -> Result<Response<DefragmentResponse>, Status> {
         require_admin(&self.server, &request).await?;
         let store = self.server.store.clone();
+        tracing::info!("starting defragment");
+        let (size, in_use) = (
+            store.db_size().max(0) as u64,
+            store.db_size_in_use().max(0) as u64,
+        );
         tracing::info!(path = %self.server.cfg.backend_path().display(),
-            "current-db-size-bytes" = store.db_size(), "starting defragmentation");
+            "current-db-size-bytes" = size,
+            "current-db-size" = %mvcc::snapshot_file::humanize_bytes(size),
+            "current-db-size-in-use-bytes" = in_use,
+            "current-db-size-in-use" = %mvcc::snapshot_file::humanize_bytes(in_use),
+            "defragmenting");
         let timer = self.server.metrics.ops.defrag_started();
         let stats = tokio::task::spawn_blocking(move || store.defragment())
             .await
             .map_err(|e| Status::internal(format!("defragmentation task failed: {e}")))?
             .map_err(|e| {
-                tracing::warn!(error = %e, "failed to defragment the backend");
+                tracing::warn!(error = %e, "failed to defragment");
                 Status::unknown(e.to_string())
             })?;
         tracing::info!(path = %self.server.cfg.backend_path().display(),
@@ -95,6 +104,7 @@ impl Maintenance for MaintenanceService {
             "took" = ?stats.copy_time + stats.swap_time,
             "writes-deferred" = ?stats.copy_time,
             "finished defragmenting directory");
+        tracing::info!("finished defragment");
         timer.finish();
         // etcd answers with an empty message, no header (its gateway
         // prints `{}`).

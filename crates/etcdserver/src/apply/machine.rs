@@ -17,7 +17,7 @@
 //! not do (etcd's authApplierV3), before [`Backend`] carries it out.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use api::etcdserverpb::{
     alarm_request::AlarmAction, AlarmRequest, AlarmResponse, AlarmType,
@@ -37,6 +37,9 @@ use crate::errors;
 use crate::membership::ClusterMembers;
 use crate::metrics::Metrics;
 
+/// etcd's DefaultWarningApplyDuration.
+pub const DEFAULT_WARNING_APPLY_DURATION: Duration = Duration::from_millis(100);
+
 /// The member's replicated state, and how a committed request changes it.
 pub struct StateMachine {
     pub(crate) store: Arc<Store>,
@@ -45,6 +48,8 @@ pub struct StateMachine {
     pub(crate) members: Arc<ClusterMembers>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) auth: Arc<AuthStore>,
+    /// `--experimental-warning-apply-duration`.
+    warning_apply_duration: Duration,
 }
 
 /// Why a request was not carried out.
@@ -223,7 +228,14 @@ impl StateMachine {
             members,
             metrics,
             auth,
+            warning_apply_duration: DEFAULT_WARNING_APPLY_DURATION,
         }
+    }
+
+    /// Applies slower than `duration` are logged and counted as slow.
+    pub fn with_warning_apply_duration(mut self, duration: Duration) -> StateMachine {
+        self.warning_apply_duration = duration;
+        self
     }
 
     /// Applies the committed entry at `index` carrying `request` (None: an
@@ -231,10 +243,23 @@ impl StateMachine {
     /// Ok(None) for an entry applied before; Ok(Some(outcome)) for its
     /// proposer; Err(cause) when apply cannot carry it out (nothing of it
     /// is published and its index is not recorded: the loop halts).
+    #[cfg(test)]
     pub(crate) fn apply(
         &self,
         index: u64,
         request: Option<(AuthInfo, Request)>,
+    ) -> Result<Option<ApplyOutcome>, String> {
+        self.apply_logged(index, request, &[])
+    }
+
+    /// [`StateMachine::apply`] of the entry whose data is `entry`: a slow
+    /// apply is logged with the request it carries (etcd's
+    /// warnOfExpensiveRequest), read back from `entry` only then.
+    pub(crate) fn apply_logged(
+        &self,
+        index: u64,
+        request: Option<(AuthInfo, Request)>,
+        entry: &[u8],
     ) -> Result<Option<ApplyOutcome>, String> {
         if index <= self.store.consistent_index() {
             return Ok(None);
@@ -264,7 +289,30 @@ impl StateMachine {
                     // The dropped transaction publishes nothing.
                     Err(ApplyError::Halt(cause)) => return Err(cause),
                 };
-                self.metrics.ops.applied(kind, outcome.is_ok(), started);
+                self.metrics
+                    .ops
+                    .applied(kind, outcome.is_ok(), started.elapsed());
+                crate::expensive::warn_if_slow(
+                    &self.metrics,
+                    self.warning_apply_duration,
+                    started,
+                    "",
+                    || {
+                        api::codec::decode_internal_raft_request(entry)
+                            .map(|request| crate::expensive::loggable_entry(&request))
+                            .unwrap_or_default()
+                    },
+                    || match &outcome {
+                        Ok(response) => crate::expensive::Outcome {
+                            response: format!("size:{}", response.encoded_len()),
+                            error: None,
+                        },
+                        Err(e) => crate::expensive::Outcome {
+                            response: String::new(),
+                            error: Some(e.to_string()),
+                        },
+                    },
+                );
                 Some(outcome)
             }
         };

@@ -223,6 +223,13 @@ impl Applier {
         }
         let applied = *self.applied.borrow();
         if applied >= self.last_snapshot.load(Relaxed) + self.snapshot_count {
+            tracing::info!(
+                "local-member-id" = %format!("{:x}", self.raft.status().id),
+                "local-member-applied-index" = applied,
+                "local-member-snapshot-index" = self.last_snapshot.load(Relaxed),
+                "local-member-snapshot-count" = self.snapshot_count,
+                "triggering snapshot"
+            );
             // Durable first: raft may release WAL up to `applied`.
             if self.commit(true)? {
                 self.raft.snapshot(applied);
@@ -436,7 +443,10 @@ impl Applier {
             Some((id, user, request)) => (Some(id), Some((user, request))),
             None => (None, None),
         };
-        match self.machine.apply(entry.index, request) {
+        match self
+            .machine
+            .apply_logged(entry.index, request, entry.data.as_ref())
+        {
             Ok(Some(outcome)) => {
                 if let Some(id) = id {
                     self.wait.trigger(id, outcome);

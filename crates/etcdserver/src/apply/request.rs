@@ -29,6 +29,16 @@ macro_rules! requests {
             $($kind($response),)*
         }
 
+        impl ApplyResponse {
+            /// The response's protobuf size (etcd's "size:N" of a slow
+            /// apply).
+            pub fn encoded_len(&self) -> usize {
+                match self {
+                    $(ApplyResponse::$kind(response) => prost::Message::encoded_len(response),)*
+                }
+            }
+        }
+
         impl Request {
             /// etcd's op labels (etcd_server_apply_duration_seconds), in
             /// [`Request::kind`] order.

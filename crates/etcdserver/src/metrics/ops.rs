@@ -12,9 +12,6 @@ use prometheus::{
 
 use super::{counter, gauge};
 
-/// etcd's warnApplyDuration: an apply slower than this is a slow apply.
-pub(crate) const SLOW_APPLY: Duration = Duration::from_millis(100);
-
 pub struct OpsMetrics {
     /// By request kind (`apply::Request::KINDS`, etcd's op labels), then
     /// [failed, succeeded].
@@ -163,14 +160,21 @@ impl OpsMetrics {
         }
     }
 
-    /// One applied entry of kind `op`, begun at `started`.
-    /// An apply of a request of kind `kind` (`apply::Request::kind`).
-    pub(crate) fn applied(&self, kind: usize, succeeded: bool, started: Instant) {
-        let took = started.elapsed();
+    /// An apply of a request of kind `kind` (`apply::Request::kind`) that
+    /// took `took`.
+    pub(crate) fn applied(&self, kind: usize, succeeded: bool, took: Duration) {
         self.apply[kind][usize::from(succeeded)].observe(took.as_secs_f64());
-        if took > SLOW_APPLY {
-            self.slow_applies.inc();
-        }
+    }
+
+    /// A request slower than `--experimental-warning-apply-duration`
+    /// (`crate::expensive`).
+    pub(crate) fn slow_apply(&self) {
+        self.slow_applies.inc();
+    }
+
+    #[cfg(test)]
+    pub(crate) fn slow_applies(&self) -> u64 {
+        self.slow_applies.get()
     }
 
     /// Times a defragmentation, with etcd_disk_defrag_inflight set meanwhile.

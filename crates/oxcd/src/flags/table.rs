@@ -30,7 +30,6 @@ const fn flag(
 
 const NO_V2: &str = "oxcd serves the v3 API only; there is no v2 API or v2 store";
 const NO_V2_PROXY: &str = "oxcd has no v2 proxy mode";
-const LOGS_TO_STDERR: &str = "oxcd logs to stderr only, without rotation, for now";
 
 /// etcd 3.5's flags in its `--help` order, then those it takes without
 /// listing them.
@@ -42,7 +41,7 @@ pub(crate) static FLAGS: &[Spec] = &[
     flag("snapshot-count", Uint, "100000", Some("'100000'"), Member, "Number of committed transactions to trigger a snapshot to disk.", Effective),
     flag("heartbeat-interval", Uint, "100", Some("'100'"), Member, "Time (in milliseconds) of a heartbeat interval.", Effective),
     flag("election-timeout", Uint, "1000", Some("'1000'"), Member, "Time (in milliseconds) for an election to timeout. See tuning documentation for details.", Effective),
-    flag("initial-election-tick-advance", Bool, "true", Some("'true'"), Member, "Whether to fast-forward initial election ticks on boot for faster election.", NoEffect("oxcd fast-forwards a one-member cluster's first election, as etcd always does, but never a larger one's: its members wait one election timeout, as etcd's with this flag false")),
+    flag("initial-election-tick-advance", Bool, "true", Some("'true'"), Member, "Whether to fast-forward initial election ticks on boot for faster election.", Effective),
     flag("listen-peer-urls", Urls(&[""]), "http://localhost:2380", Some("'http://localhost:2380'"), Member, "List of URLs to listen on for peer traffic.", Effective),
     flag("listen-client-urls", Urls(&[""]), "http://localhost:2379", Some("'http://localhost:2379'"), Member, "List of URLs to listen on for client grpc traffic and http as long as --listen-client-http-urls is not specified.", Effective),
     flag("listen-client-http-urls", Urls(&[""]), "", Some("''"), Member, "List of URLs to listen on for http only client traffic. Enabling this flag removes http services from --listen-client-urls.", Effective),
@@ -116,10 +115,10 @@ pub(crate) static FLAGS: &[Spec] = &[
     flag("listen-metrics-urls", Urls(&[""]), "", Some("''"), Profiling, "List of URLs to listen on for the /metrics and /health endpoints. For https, the client URL TLS info is used.", Effective),
     // Logging
     flag("logger", Str, "zap", Some("'zap'"), Logging, "Currently only supports 'zap' for structured logging.", Effective),
-    flag("log-outputs", UniqueStrings, "default", Some("'default'"), Logging, "Specify 'stdout' or 'stderr' to skip journald logging even when running under systemd, or list of comma separated output targets.", NoEffect(LOGS_TO_STDERR)),
+    flag("log-outputs", UniqueStrings, "default", Some("'default'"), Logging, "Specify 'stdout' or 'stderr' to skip journald logging even when running under systemd, or list of comma separated output targets.", Effective),
     flag("log-level", Str, "info", Some("'info'"), Logging, "Configures log level. Only supports debug, info, warn, error, panic, or fatal.", Effective),
-    flag("enable-log-rotation", Bool, "false", Some("'false'"), Logging, "Enable log rotation of a single log-outputs file target.", NoEffect(LOGS_TO_STDERR)),
-    flag("log-rotation-config-json", Str, r#"{"maxsize": 100, "maxage": 0, "maxbackups": 0, "localtime": false, "compress": false}"#, Some(r#"'{"maxsize": 100, "maxage": 0, "maxbackups": 0, "localtime": false, "compress": false}'"#), Logging, "Configures log rotation if enabled with a JSON logger config. MaxSize(MB), MaxAge(days,0=no limit), MaxBackups(0=no limit), LocalTime(use computers local time), Compress(gzip)\". ", NoEffect(LOGS_TO_STDERR)),
+    flag("enable-log-rotation", Bool, "false", Some("'false'"), Logging, "Enable log rotation of a single log-outputs file target.", Effective),
+    flag("log-rotation-config-json", Str, r#"{"maxsize": 100, "maxage": 0, "maxbackups": 0, "localtime": false, "compress": false}"#, Some(r#"'{"maxsize": 100, "maxage": 0, "maxbackups": 0, "localtime": false, "compress": false}'"#), Logging, "Configures log rotation if enabled with a JSON logger config. MaxSize(MB), MaxAge(days,0=no limit), MaxBackups(0=no limit), LocalTime(use computers local time), Compress(gzip)\". ", Effective),
     // Experimental distributed tracing
     flag("experimental-enable-distributed-tracing", Bool, "false", Some("'false'"), Tracing, "Enable experimental distributed tracing.", Effective),
     flag("experimental-distributed-tracing-address", Str, "localhost:4317", Some("'localhost:4317'"), Tracing, "Distributed tracing collector address.", Effective),
@@ -147,7 +146,7 @@ pub(crate) static FLAGS: &[Spec] = &[
     flag("experimental-watch-progress-notify-interval", Duration, "10m", Some("'10m'"), Experimental, "Duration of periodical watch progress notification.", Effective),
     flag("experimental-downgrade-check-time", Duration, "5s", None, Experimental, "Duration of time between two downgrade status checks.", NoEffect("oxcd does not support cluster downgrades")),
     flag("experimental-memory-mlock", Bool, "false", None, Experimental, "Enable to enforce etcd pages (in particular bbolt) to stay in RAM.", NoEffect("oxcd's backend reads through the page cache; there is no bbolt mmap to lock")),
-    flag("experimental-warning-apply-duration", Duration, "100ms", Some("'100ms'"), Experimental, "Warning is generated if requests take more than this duration.", NoEffect("oxcd does not warn about slow applies yet")),
+    flag("experimental-warning-apply-duration", Duration, "100ms", Some("'100ms'"), Experimental, "Warning is generated if requests take more than this duration.", Effective),
     flag("experimental-txn-mode-write-with-shared-buffer", Bool, "true", Some("'true'"), Experimental, "Enable the write transaction to use a shared buffer in its readonly check operations.", NoEffect("a bbolt read buffer detail that oxcd's backend does not have")),
     flag("experimental-bootstrap-defrag-threshold-megabytes", Uint, "0", None, Experimental, "Enable the defrag during etcd server bootstrap on condition that it will free at least the provided threshold of disk space. Needs to be set to non-zero value to take effect.", NoEffect("oxcd does not defragment at bootstrap")),
     flag("experimental-stop-grpc-service-on-defrag", Bool, "false", None, Experimental, "Enable etcd gRPC service to stop serving client requests on defragmentation.", NoEffect("oxcd keeps serving during a defragmentation")),

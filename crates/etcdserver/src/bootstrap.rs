@@ -555,6 +555,13 @@ pub fn known_members(
         for m in &bootstrap {
             store.put_member(m.id, Some(membership::encode(m)), store.consistent_index());
         }
+        // A new member's list comes from no log entry that a restart could
+        // replay: made durable now, it is the member list after a crash
+        // too, whatever --initial-cluster then says (etcd keeps it in its
+        // store; a --discovery-srv member restarts without one)
+        if store.consistent_index() == 0 {
+            store.commit(true)?;
+        }
         bootstrap
     } else {
         stored

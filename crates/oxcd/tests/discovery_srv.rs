@@ -207,6 +207,36 @@ fn a_cluster_bootstraps_from_srv_records_as_etcd() {
             }
         })
     });
+
+    // a restarted member has its cluster in its data dir: no SRV record is
+    // asked (its peers' host names still are), as etcd's
+    // isMemberInitialized; the members it bootstrapped with survive a crash
+    let srv_questions = |dns: &Server| {
+        dns.questions()
+            .iter()
+            .filter(|(_, qtype)| *qtype == srv::wire::TYPE_SRV)
+            .count()
+    };
+    let asked_before = srv_questions(&dns);
+    cluster.kill9(0);
+    cluster.restart(0);
+    let log = cluster.members[0].as_ref().unwrap().log_lines();
+    assert!(bootstrap_nodes(&log).is_empty(), "{log:?}");
+    assert_eq!(srv_questions(&dns), asked_before);
+    assert!(
+        !log.iter()
+            .any(|line| line.contains("peer URLs of a member are unknown")),
+        "{log:?}"
+    );
+    let endpoint = cluster.endpoint(0);
+    cluster.in_client_ns(move || {
+        runtime().block_on(async move {
+            let mut client = Client::connect([&endpoint], None).await.unwrap();
+            client.put("srv/after-restart", "v", None).await.unwrap();
+            let got = client.get("srv/0", None).await.unwrap();
+            assert_eq!(got.kvs().len(), 1);
+        })
+    });
 }
 
 #[test]

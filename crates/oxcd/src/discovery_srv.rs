@@ -104,8 +104,8 @@ impl DiscoverySrv {
                 "service-name" = service,
                 "server-name" = name,
                 "discovery-srv" = %self.domain,
-                "advertise-peer-urls" = ?advertise_peer_urls,
-                "found-cluster" = ?found,
+                "advertise-peer-urls" = %embed::logutil::strings(advertise_peer_urls),
+                "found-cluster" = %embed::logutil::strings(found),
                 error = %error,
                 "{msg}"
             ),
@@ -114,8 +114,8 @@ impl DiscoverySrv {
                 "service-name" = service,
                 "server-name" = name,
                 "discovery-srv" = %self.domain,
-                "advertise-peer-urls" = ?advertise_peer_urls,
-                "found-cluster" = ?found,
+                "advertise-peer-urls" = %embed::logutil::strings(advertise_peer_urls),
+                "found-cluster" = %embed::logutil::strings(found),
                 "{msg}"
             ),
         }

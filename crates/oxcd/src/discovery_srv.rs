@@ -324,6 +324,28 @@ mod tests {
     }
 
     #[test]
+    fn the_config_files_keys_are_read_as_the_flags() {
+        let args = ["--config-file".to_string(), "/etcd.yml".to_string()];
+        let flags = match crate::flags::parse(&args, &[]).unwrap() {
+            crate::flags::Parsed::Run(flags) => flags,
+            other => panic!("{other:?}"),
+        };
+        let text = "name: m1\ndiscovery-srv: example.com\ndiscovery-srv-name: c1\n";
+        let loaded = crate::config_file::load(&flags, "/etcd.yml", text).unwrap();
+        let cfg = crate::config_from(&loaded).unwrap();
+        assert_eq!(cfg.discovery_srv, Some(discovery_of("example.com", "c1")));
+        // etcd's configFromFile drops the default initial cluster
+        assert_eq!(cfg.server.initial_cluster, "");
+    }
+
+    fn discovery_of(domain: &str, name: &str) -> DiscoverySrv {
+        DiscoverySrv {
+            domain: domain.into(),
+            service_name: name.into(),
+        }
+    }
+
+    #[test]
     fn an_initialized_member_asks_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = ServerConfig {

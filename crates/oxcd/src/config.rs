@@ -576,7 +576,10 @@ mod tests {
             })
         );
         // effective now: no "has no effect" note
-        assert!(!set.notes.iter().any(|n| n.msg == "flag has no effect in oxcd"));
+        assert!(!set
+            .notes
+            .iter()
+            .any(|n| n.msg == "flag has no effect in oxcd"));
     }
 
     #[test]

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use testkit::pki::{TestCa, Usage};
 use testkit::logged::{self, UNTIL_EXIT};
+use testkit::pki::{TestCa, Usage};
 use testkit::{json_field, oxcd_bin, Process, START_DEADLINE};
 
 const REFERENCE: &str = "/opt/etcd-3.5.16/etcd";

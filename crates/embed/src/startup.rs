@@ -524,6 +524,7 @@ async fn open_backend(cfg: &ServerConfig, metrics: &Metrics) -> Result<Backend, 
     let store = {
         let path = path.clone();
         let snap_dir = cfg.member_dir().join("snap");
+        let defrag_threshold = cfg.bootstrap_defrag_threshold_bytes;
         tokio::task::spawn_blocking(move || {
             let store = Store::open(&path)?;
             if let Some(index) = etcdserver::snapshot::install_received_backend(&store, &snap_dir)?
@@ -533,6 +534,9 @@ async fn open_backend(cfg: &ServerConfig, metrics: &Metrics) -> Result<Backend, 
                     "consistent-index" = store.consistent_index(),
                     "installed the database snapshot received before a restart"
                 );
+            }
+            if defrag_threshold != 0 {
+                maybe_defrag_backend(&store, &path, defrag_threshold)?;
             }
             Ok::<_, mvcc::MvccError>(store)
         })
@@ -567,6 +571,50 @@ async fn open_backend(cfg: &ServerConfig, metrics: &Metrics) -> Result<Backend, 
         alarms,
         auth: Arc::new(auth),
     })
+}
+
+/// etcd's maybeDefragBackend (--experimental-bootstrap-defrag-threshold-megabytes):
+/// before serving, defragments the backend when at least `threshold` bytes
+/// of it are free (size minus size in use), with backend.defrag's lines.
+fn maybe_defrag_backend(
+    store: &Store,
+    path: &std::path::Path,
+    threshold: u64,
+) -> Result<(), mvcc::MvccError> {
+    use mvcc::snapshot_file::humanize_bytes;
+    let size = store.db_size();
+    let in_use = store.measure_size_in_use()?;
+    // etcd: uint(size - sizeInUse)
+    let freeable = size.wrapping_sub(in_use) as u64;
+    if freeable < threshold {
+        tracing::info!(
+            "current-db-size-bytes" = size,
+            "current-db-size" = %humanize_bytes(size.max(0) as u64),
+            "current-db-size-in-use-bytes" = in_use,
+            "current-db-size-in-use" = %humanize_bytes(in_use.max(0) as u64),
+            "experimental-bootstrap-defrag-threshold-bytes" = threshold,
+            "experimental-bootstrap-defrag-threshold" = %humanize_bytes(threshold),
+            "Skipping defragmentation"
+        );
+        return Ok(());
+    }
+    tracing::info!(path = %path.display(),
+        "current-db-size-bytes" = size,
+        "current-db-size" = %humanize_bytes(size.max(0) as u64),
+        "current-db-size-in-use-bytes" = in_use,
+        "current-db-size-in-use" = %humanize_bytes(in_use.max(0) as u64),
+        "defragmenting");
+    let stats = store.defragment()?;
+    tracing::info!(path = %path.display(),
+        "current-db-size-bytes-diff" = stats.size_after - stats.size_before,
+        "current-db-size-bytes" = stats.size_after,
+        "current-db-size" = %humanize_bytes(stats.size_after.max(0) as u64),
+        "current-db-size-in-use-bytes-diff" = store.db_size_in_use() - in_use,
+        "current-db-size-in-use-bytes" = store.db_size_in_use(),
+        "current-db-size-in-use" = %humanize_bytes(store.db_size_in_use().max(0) as u64),
+        "took" = ?stats.copy_time + stats.swap_time,
+        "finished defragmenting directory");
+    Ok(())
 }
 
 fn parse_urls(urls: &[String]) -> Result<Vec<SocketAddr>, StartError> {
@@ -734,6 +782,11 @@ fn start_background_loops(member: &mut Member, shutdown: &watch::Receiver<bool>)
             server.cfg.corrupt_check_time,
             shutdown.clone(),
         );
+        serving.push(tokio::spawn(check));
+    }
+    if let Some(interval) = server.cfg.compact_hash_check {
+        let check =
+            etcdserver::corrupt::run_compact_hash_check(server.clone(), interval, shutdown.clone());
         serving.push(tokio::spawn(check));
     }
     if let Some(mode) = server.cfg.auto_compaction {

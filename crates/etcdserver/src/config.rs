@@ -101,6 +101,13 @@ pub struct ServerConfig {
     /// --experimental-corrupt-check-time: the leader's periodic hash
     /// comparison (zero: off).
     pub corrupt_check_time: Duration,
+    /// --experimental-compact-hash-check-enabled and
+    /// --experimental-compact-hash-check-time: the leader's periodic check
+    /// of the hashes stored at compactions (None: off).
+    pub compact_hash_check: Option<Duration>,
+    /// --experimental-bootstrap-defrag-threshold-megabytes, in bytes: at
+    /// start, defragment the backend when at least this much is free (0: off).
+    pub bootstrap_defrag_threshold_bytes: u64,
     /// --unsafe-no-fsync: the WAL is never fdatasync'ed (data loss on an OS
     /// crash or power failure; a process crash loses nothing).
     pub unsafe_no_fsync: bool,
@@ -220,6 +227,8 @@ impl Default for ServerConfig {
             auto_compaction_revision_interval: crate::compactor::REVISION_CHECK_INTERVAL,
             initial_corrupt_check: false,
             corrupt_check_time: Duration::ZERO,
+            compact_hash_check: None,
+            bootstrap_defrag_threshold_bytes: 0,
             unsafe_no_fsync: false,
             client_tls: tls::TlsInfo::default(),
             auto_tls: false,

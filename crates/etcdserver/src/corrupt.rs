@@ -201,6 +201,146 @@ pub async fn run_periodic(
     }
 }
 
+/// The compaction hashes not yet checked (etcd's uncheckedRevisions):
+/// newest first, those above `latest_checked`.
+fn unchecked_hashes(mut hashes: Vec<mvcc::KvHash>, latest_checked: i64) -> Vec<mvcc::KvHash> {
+    hashes.sort_by_key(|h| std::cmp::Reverse(h.revision));
+    hashes.retain(|h| h.revision > latest_checked);
+    hashes
+}
+
+/// What comparing one compaction hash with the peers' found.
+#[derive(Debug, PartialEq, Eq)]
+enum CompactHashOutcome {
+    /// A peer at the same compact revision has another hash (its index).
+    Mismatch(usize),
+    /// Every peer answered with the same compact revision and hash.
+    WholeCluster(usize),
+    /// Some peers could not be compared (no answer, another compact
+    /// revision): this many were checked.
+    Skipped(usize),
+}
+
+/// etcd's CompactHashCheck rules for one hash: a peer that did not answer
+/// or answered with another compact revision is skipped; one with the same
+/// compact revision must have the same hash.
+fn compare_compact_hash(
+    leader: &mvcc::KvHash,
+    peers: &[Option<(i64, u32)>],
+    mut checked_one: impl FnMut(usize),
+) -> CompactHashOutcome {
+    let mut checked = 0;
+    for (i, peer) in peers.iter().enumerate() {
+        let Some((compact_revision, hash)) = *peer else {
+            continue;
+        };
+        if compact_revision != leader.compact_revision {
+            continue;
+        }
+        if hash != leader.hash {
+            return CompactHashOutcome::Mismatch(i);
+        }
+        checked += 1;
+        checked_one(i);
+    }
+    if checked == peers.len() {
+        CompactHashOutcome::WholeCluster(checked)
+    } else {
+        CompactHashOutcome::Skipped(checked)
+    }
+}
+
+/// One leader-side compaction hash check (etcd's CompactHashCheck): the
+/// hashes recorded at recent compactions, newest first, are compared with
+/// the peers' hashes at the same revisions; the newest one the whole
+/// cluster agrees on ends the check and is not checked again. A mismatch
+/// raises the CORRUPT alarm for member 0, as etcd 3.5.
+pub async fn compact_hash_check(server: &EtcdServer, latest_checked: &mut i64) {
+    let id = format!("{:x}", server.member.id);
+    tracing::info!("local-member-id" = %id, timeout = ?server.cfg.request_timeout(),
+        "starting compact hash check");
+    let hashes = unchecked_hashes(server.store.compaction_hashes(), *latest_checked);
+    for (i, hash) in hashes.iter().enumerate() {
+        let peers = peer_hashes(server, hash.revision).await;
+        if peers.is_empty() {
+            continue;
+        }
+        let answers: Vec<Option<(i64, u32)>> = peers
+            .iter()
+            .map(|p| p.answer.as_ref().ok().map(|r| (r.compact_revision, r.hash)))
+            .collect();
+        let outcome = compare_compact_hash(hash, &answers, |p| {
+            tracing::info!(revision = hash.revision, "peer-id" = %format!("{:x}", peers[p].member),
+                "successfully checked hash on follower");
+        });
+        match outcome {
+            CompactHashOutcome::Mismatch(p) => {
+                let (compact_revision, follower_hash) = answers[p].unwrap_or_default();
+                // etcd 3.5 cannot tell which member is corrupt: member 0
+                let raise = AlarmRequest {
+                    action: AlarmAction::Activate as i32,
+                    member_id: 0,
+                    alarm: AlarmType::Corrupt as i32,
+                };
+                if let Err(e) = server.alarm(raise).await {
+                    tracing::warn!(error = %e, "failed to raise the CORRUPT alarm");
+                }
+                tracing::error!(revision = hash.revision,
+                    "leader-compact-revision" = hash.compact_revision, "leader-hash" = hash.hash,
+                    "follower-compact-revision" = compact_revision, "follower-hash" = follower_hash,
+                    "follower-peer-id" = %format!("{:x}", peers[p].member),
+                    "failed compaction hash check");
+                return;
+            }
+            CompactHashOutcome::WholeCluster(checked) => {
+                tracing::info!(
+                    "number-of-peers-checked" = checked,
+                    revision = hash.revision,
+                    "successfully checked hash on whole cluster"
+                );
+                *latest_checked = (*latest_checked).max(hash.revision);
+                tracing::info!(
+                    "number-of-hashes-checked" = i + 1,
+                    "finished compaction hash check"
+                );
+                return;
+            }
+            CompactHashOutcome::Skipped(checked) => {
+                tracing::warn!(
+                    "number-of-peers-checked" = checked,
+                    "number-of-peers" = peers.len(),
+                    revision = hash.revision,
+                    "skipped revision in compaction hash check; was not able to check all peers"
+                );
+            }
+        }
+    }
+    tracing::info!(
+        "number-of-hashes-checked" = hashes.len(),
+        "finished compaction hash check"
+    );
+}
+
+/// The leader's compaction hash check, every `interval`, until shutdown
+/// (etcd's monitorCompactHash).
+pub async fn run_compact_hash_check(
+    server: Arc<EtcdServer>,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut latest_checked = 0;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = shutdown.changed() => return,
+        }
+        if !server.raft.status().is_leader {
+            continue;
+        }
+        compact_hash_check(&server, &mut latest_checked).await;
+    }
+}
+
 /// A member's HashKV for its peers.
 pub struct MaintenancePeerService {
     server: Arc<EtcdServer>,
@@ -284,4 +424,57 @@ pub fn raise_on_damaged_reads(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(revision: i64, compact_revision: i64, hash: u32) -> mvcc::KvHash {
+        mvcc::KvHash {
+            hash,
+            compact_revision,
+            revision,
+        }
+    }
+
+    #[test]
+    fn unchecked_hashes_are_newest_first_and_above_the_latest_checked() {
+        let stored = vec![kv(5, 0, 1), kv(9, 5, 2), kv(12, 9, 3)];
+        let revisions = |h: Vec<mvcc::KvHash>| h.iter().map(|h| h.revision).collect::<Vec<_>>();
+        assert_eq!(revisions(unchecked_hashes(stored.clone(), 0)), [12, 9, 5]);
+        assert_eq!(revisions(unchecked_hashes(stored.clone(), 9)), [12]);
+        assert!(unchecked_hashes(stored, 12).is_empty());
+    }
+
+    #[test]
+    fn compact_hash_rules() {
+        let leader = kv(10, 4, 0xabc);
+        let mut seen = Vec::new();
+        // every peer at the same compact revision with the same hash
+        let all = [Some((4, 0xabc)), Some((4, 0xabc))];
+        assert_eq!(
+            compare_compact_hash(&leader, &all, |p| seen.push(p)),
+            CompactHashOutcome::WholeCluster(2)
+        );
+        assert_eq!(seen, [0, 1]);
+        // a peer without an answer, or at another compact revision, is
+        // skipped: not the whole cluster
+        let partial = [Some((4, 0xabc)), None];
+        assert_eq!(
+            compare_compact_hash(&leader, &partial, |_| {}),
+            CompactHashOutcome::Skipped(1)
+        );
+        let other_compaction = [Some((4, 0xabc)), Some((7, 0xdef))];
+        assert_eq!(
+            compare_compact_hash(&leader, &other_compaction, |_| {}),
+            CompactHashOutcome::Skipped(1)
+        );
+        // the same compact revision and another hash: a mismatch, at once
+        let mismatch = [Some((4, 0xabc)), Some((4, 0xdef)), Some((4, 0xabc))];
+        assert_eq!(
+            compare_compact_hash(&leader, &mismatch, |_| {}),
+            CompactHashOutcome::Mismatch(1)
+        );
+    }
 }

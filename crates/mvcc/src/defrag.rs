@@ -120,6 +120,18 @@ impl Store {
         })
     }
 
+    /// Counts the pages in use now (a walk over the file's allocator
+    /// state), for [`Store::db_size_in_use`]; after open that is otherwise
+    /// the file's size until the next commit.
+    pub fn measure_size_in_use(&self) -> Result<i64, MvccError> {
+        let _writer = self.writer.lock();
+        let txn = self.db().begin_write().map_err(backend_error)?;
+        let in_use = crate::backend::size_in_use(&txn)?;
+        txn.abort().map_err(backend_error)?;
+        self.size_in_use.store(in_use, Ordering::Relaxed);
+        Ok(in_use)
+    }
+
     fn copy_compactly(&self, tmp: &Path) -> Result<Database, MvccError> {
         let _ = std::fs::remove_file(tmp);
         let snapshot = self.db().begin_read().map_err(backend_error)?;

@@ -86,12 +86,12 @@ impl Store {
 /// etcd's hashStorageMaxSize.
 pub(crate) const COMPACTION_HASHES_KEPT: usize = 10;
 
-/// A HashKV result.
+/// A HashKV result (etcd's KeyValueHash).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct KvHash {
-    pub(crate) hash: u32,
-    pub(crate) compact_revision: i64,
-    pub(crate) revision: i64,
+pub struct KvHash {
+    pub hash: u32,
+    pub compact_revision: i64,
+    pub revision: i64,
 }
 
 /// The hashes compactions recorded (etcd's hashStorage).
@@ -132,6 +132,12 @@ struct HashSource {
 }
 
 impl Store {
+    /// The hashes recorded at the latest compactions (etcd's
+    /// hashStorage.Hashes), oldest first.
+    pub fn compaction_hashes(&self) -> Vec<KvHash> {
+        self.compaction_hashes.hashes.lock().clone()
+    }
+
     /// HashKV at `revision` (0 = current): (hash, compact revision, hashed
     /// revision). Pending records and pending compaction deletions count as
     /// committed, so members that applied the same entries agree whatever

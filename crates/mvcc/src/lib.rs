@@ -137,6 +137,7 @@ pub(crate) use fail_point;
 
 pub use backend::{scan_key_value, KeyValueFields, SideTable};
 pub use defrag::DefragStats;
+pub use hash::KvHash;
 pub use revision::{Revision, RevisionKey};
 pub use stats::{CompactionObserver, OpCounts};
 pub use store::{CommitObserver, CorruptionObserver, LeaseLookup, Store};

@@ -165,6 +165,13 @@ pub fn config_from(flags: &Flags) -> Result<Config, String> {
         auto_compaction,
         initial_corrupt_check: flags.bool("experimental-initial-corrupt-check"),
         corrupt_check_time: flags.duration("experimental-corrupt-check-time"),
+        compact_hash_check: flags
+            .bool("experimental-compact-hash-check-enabled")
+            .then(|| flags.duration("experimental-compact-hash-check-time")),
+        // etcd's uint arithmetic (wraps)
+        bootstrap_defrag_threshold_bytes: flags
+            .uint("experimental-bootstrap-defrag-threshold-megabytes")
+            .wrapping_mul(1024 * 1024),
         unsafe_no_fsync: flags.bool("unsafe-no-fsync"),
         client_tls: client_tls(flags),
         auto_tls: flags.bool("auto-tls"),

@@ -10,6 +10,12 @@
 //! * The CORS headers go on every answer when `--cors` allows all (`*`, the
 //!   default), else when the request's Origin is listed, with that origin.
 //! * OPTIONS, on any path, is answered at once: 200, empty.
+//! * Over TLS with `--client-cert-auth`, the gateway on and auth enabled, a
+//!   gateway request (`/v3/`, `/v3beta/`) whose verified client certificate
+//!   has a Common Name gets 400 "CommonName of client sending a request
+//!   against gateway will be ignored and not used as expected" (etcd's
+//!   gateway calls gRPC on a connection of its own, so the name would not
+//!   be the user; neither is it here).
 //!
 //! What etcd puts behind its access controller: on a plain listener its
 //! HTTP/1.x server (HTTP/2 goes to grpc-go, which sees neither check), on a
@@ -31,11 +37,22 @@ use http_body_util::Either;
 
 /// etcdserver's `AccessController`: the `--cors` origins and the
 /// `--host-whitelist` hosts. An empty set, or one holding `*`, allows all.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct AccessController {
     cors: HashSet<String>,
     host_whitelist: HashSet<String>,
+    /// Whether auth is enabled now, when gateway requests with a client
+    /// certificate's Common Name are refused (`--client-cert-auth` and the
+    /// gateway on); None: never.
+    refuses_gateway_cn: Option<AuthEnabled>,
 }
+
+/// Tells whether the member's auth is enabled at this moment.
+pub type AuthEnabled = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// etcd's answer to a gateway request with a client certificate's name.
+const GATEWAY_CN_IGNORED: &str =
+    "CommonName of client sending a request against gateway will be ignored and not used as expected";
 
 impl AccessController {
     /// `cors`: the origins as `--cors` holds them (URLs, or `*`);
@@ -44,7 +61,33 @@ impl AccessController {
         AccessController {
             cors: cors.iter().map(|origin| go_url_string(origin)).collect(),
             host_whitelist: host_whitelist.iter().cloned().collect(),
+            refuses_gateway_cn: None,
         }
+    }
+
+    /// With `--client-cert-auth` and the gateway on: a gateway request
+    /// whose client certificate names a user is refused while auth is
+    /// enabled.
+    pub fn refusing_gateway_common_names(mut self, auth_enabled: AuthEnabled) -> Self {
+        self.refuses_gateway_cn = Some(auth_enabled);
+        self
+    }
+
+    /// Whether etcd refuses `request` (over TLS) as a gateway request that
+    /// carries a client certificate's Common Name.
+    fn refuses_gateway_cn<B>(&self, request: &http::Request<B>) -> bool {
+        let Some(auth_enabled) = &self.refuses_gateway_cn else {
+            return false;
+        };
+        let path = request.uri().path();
+        let gateway = path.starts_with("/v3/") || path.starts_with("/v3beta/");
+        gateway
+            && auth_enabled()
+            && request
+                .extensions()
+                .get::<v3rpc::TlsConnectInfo>()
+                .and_then(|info| info.common_name.as_deref())
+                .is_some_and(|name| !name.is_empty())
     }
 
     /// etcd's `OriginAllowed`.
@@ -212,10 +255,11 @@ fn is_grpc<B>(request: &http::Request<B>) -> bool {
 impl<S, ReqBody, ResBody> tower::Service<http::Request<ReqBody>> for Access<S>
 where
     S: tower::Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+    ReqBody: http_body::Body<Data = axum::body::Bytes> + Send + 'static,
 {
     type Response = http::Response<Either<ResBody, Body>>;
     type Error = S::Error;
-    type Future = AccessFuture<S::Future>;
+    type Future = AccessFuture<S::Future, ReqBody>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -253,10 +297,11 @@ where
                     "x-content-type-options",
                     HeaderValue::from_static("nosniff"),
                 );
-                return AccessFuture::Answered {
-                    answer: Some(refusal),
-                };
+                return answered(refusal, request);
             }
+        } else if controller.refuses_gateway_cn(&request) {
+            let refusal = etcdhttp::plain_error(StatusCode::BAD_REQUEST, GATEWAY_CN_IGNORED);
+            return answered(refusal, request);
         }
         let cors = if controller.origin_allowed("*") {
             Some(HeaderValue::from_static("*"))
@@ -279,9 +324,7 @@ where
             if let Some(origin) = cors {
                 add_cors_headers(answer.headers_mut(), origin);
             }
-            return AccessFuture::Answered {
-                answer: Some(answer),
-            };
+            return answered(answer, request);
         }
         AccessFuture::Inner {
             inner: self.inner.call(request),
@@ -290,10 +333,68 @@ where
     }
 }
 
+/// How much of a request's body the controller reads before its own
+/// answer: a client that sends a small body along with its headers (curl)
+/// takes an answer that comes before the body is all sent, and the reset
+/// that ends the rest, for a failed request; past this the answer goes
+/// anyway.
+const DRAIN_LIMIT_BYTES: usize = 64 * 1024;
+
+/// The controller's own answer to `request`, given once the request's body
+/// is read (up to [`DRAIN_LIMIT_BYTES`]), as etcd's Go server has mostly
+/// read it by the time its handler answers. A body left unread is kept
+/// until the answer has been sent: h2 then resets the request with
+/// NO_ERROR, as RFC 9113 (8.1) asks of a server that answers early; a body
+/// dropped first would be reset with CANCEL.
+fn answered<F, ReqBody>(
+    answer: http::Response<Body>,
+    request: http::Request<ReqBody>,
+) -> AccessFuture<F, ReqBody> {
+    AccessFuture::Answered {
+        answer: Some(answer),
+        request: Some(Box::pin(request.into_body())),
+        drained: 0,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// An answer's body, holding the request's until it is done.
+    struct AnswerBody<B> {
+        #[pin]
+        answer: Body,
+        _request: B,
+    }
+}
+
+impl<B> http_body::Body for AnswerBody<B> {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        self.project().answer.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.answer.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.answer.size_hint()
+    }
+}
+
 pin_project_lite::pin_project! {
     #[project = AccessProjection]
-    pub enum AccessFuture<F> {
-        Answered { answer: Option<http::Response<Body>> },
+    pub enum AccessFuture<F, B> {
+        Answered {
+            answer: Option<http::Response<Body>>,
+            request: Option<Pin<Box<B>>>,
+            // request body bytes read so far
+            drained: usize,
+        },
         Inner {
             #[pin]
             inner: F,
@@ -303,16 +404,39 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<F, ResBody, E> Future for AccessFuture<F>
+impl<F, B, ResBody, E> Future for AccessFuture<F, B>
 where
     F: Future<Output = Result<http::Response<ResBody>, E>>,
+    B: http_body::Body<Data = axum::body::Bytes> + Send + 'static,
 {
     type Output = Result<http::Response<Either<ResBody, Body>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
-            AccessProjection::Answered { answer } => {
+            AccessProjection::Answered {
+                answer,
+                request,
+                drained,
+            } => {
+                let body = request
+                    .as_mut()
+                    .expect("an answered future is polled to its end");
+                while *drained <= DRAIN_LIMIT_BYTES && !body.is_end_stream() {
+                    match std::task::ready!(body.as_mut().poll_frame(cx)) {
+                        Some(Ok(frame)) => {
+                            *drained += frame.data_ref().map_or(0, axum::body::Bytes::len);
+                        }
+                        Some(Err(_)) | None => break,
+                    }
+                }
+                let request = request.take().expect("taken once");
                 let answer = answer.take().expect("an answered future is polled once");
+                let answer = answer.map(|body| {
+                    Body::new(AnswerBody {
+                        answer: body,
+                        _request: request,
+                    })
+                });
                 Poll::Ready(Ok(answer.map(Either::Right)))
             }
             AccessProjection::Inner { inner, cors } => {

@@ -371,12 +371,7 @@ pub(crate) fn serve_clients(
         .then_some(server.cfg.grpc_keepalive_min_time);
     // --cors and --host-whitelist, where etcd's HTTP server serves
     let access = AccessLayer::new(
-        serves.http.then(|| {
-            Arc::new(AccessController::new(
-                &server.cfg.cors,
-                &server.cfg.host_whitelist,
-            ))
-        }),
+        serves.http.then(|| Arc::new(access_controller(&server))),
         tls.is_some(),
     );
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -424,6 +419,17 @@ pub(crate) fn serve_clients(
         }
         drop(hard_stops);
     }
+}
+
+/// etcd's access controller for the member's client URLs.
+fn access_controller(server: &Arc<EtcdServer>) -> AccessController {
+    let cfg = &server.cfg;
+    let controller = AccessController::new(&cfg.cors, &cfg.host_whitelist);
+    if !(cfg.client_tls.client_cert_auth && cfg.enable_grpc_gateway) {
+        return controller;
+    }
+    let auth = server.auth.clone();
+    controller.refusing_gateway_common_names(Arc::new(move || auth.is_enabled()))
 }
 
 /// What the client port serves: etcd's gRPC services (requests up to

@@ -722,3 +722,77 @@ fn over_tls_any_host_is_served_grpc_gets_cors_and_pings_are_policed_only_on_grpc
         assert_eq!(ping_flood(&mut conn, 8).await, (8, None));
     });
 }
+
+/// etcd's access controller, over TLS with `--client-cert-auth`: once auth
+/// is on, a gateway request with a client certificate that names a user is
+/// refused (the gateway would not act as that user); other paths are not.
+#[test]
+fn with_client_cert_auth_a_gateway_request_naming_a_user_is_refused_once_auth_is_on_as_etcd() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ca = TestCa::new(dir.path(), "ca");
+    // etcd's gateway dials its own server with this certificate: a client's too
+    let server = ca.issue("server", "oxcd", &["localhost", "127.0.0.1"], Usage::Peer);
+    let client = ca.issue("client", "root", &[], Usage::Client);
+    let ca_file = ca.ca_file();
+    let flags = [
+        "--cert-file",
+        server.cert.to_str().unwrap(),
+        "--key-file",
+        server.key.to_str().unwrap(),
+        "--trusted-ca-file",
+        ca_file.to_str().unwrap(),
+        "--client-cert-auth",
+    ];
+    let data = tempfile::tempdir().unwrap();
+    let oxcd = Process::start_oxcd_secure(&oxcd_bin(), data.path(), &flags);
+    let ref_dir = tempfile::tempdir().unwrap();
+    let etcd = reference_etcd()
+        .and_then(|bin| testkit::start_reference_etcd_with(bin, ref_dir.path(), "https", &flags));
+    let mut endpoints = vec![oxcd.endpoint.clone()];
+    endpoints.extend(etcd.iter().map(|etcd| etcd.endpoint.clone()));
+    let (cert, key) = (client.cert.to_str().unwrap(), client.key.to_str().unwrap());
+    let mut seen = Vec::new();
+    for endpoint in &endpoints {
+        let post = |path: &str, body: &str| {
+            let seen = curl(
+                &format!("{endpoint}{path}"),
+                Some(&ca_file),
+                &["--cert", cert, "--key", key, "-X", "POST", "-d", body],
+            );
+            (seen.status, seen.essentials(true))
+        };
+        let range = r#"{"key":"YQ=="}"#;
+        let before = post("/v3/kv/range", range);
+        assert_eq!(before.0, 200, "{endpoint}: {before:?}");
+        for (path, body) in [
+            ("/v3/auth/user/add", r#"{"name":"root","password":"pw"}"#),
+            ("/v3/auth/user/grant", r#"{"user":"root","role":"root"}"#),
+            ("/v3/auth/enable", "{}"),
+        ] {
+            assert_eq!(post(path, body).0, 200, "{endpoint}{path}");
+        }
+        let refused = post("/v3/kv/range", range);
+        let beta = post("/v3beta/kv/range", range);
+        let version = curl(
+            &format!("{endpoint}/version"),
+            Some(&ca_file),
+            &["--cert", cert, "--key", key],
+        );
+        assert_eq!(version.status, 200, "{endpoint}");
+        assert_eq!(refused, beta, "{endpoint}");
+        seen.push(refused);
+    }
+    let (status, (_, headers, body)) = &seen[0];
+    assert_eq!(*status, 400);
+    assert_eq!(
+        body,
+        "CommonName of client sending a request against gateway will be ignored and not used as expected\n"
+    );
+    // refused before the CORS headers are written
+    assert!(headers
+        .iter()
+        .all(|(name, _)| !name.starts_with("access-control-")));
+    if seen.len() == 2 {
+        assert_eq!(seen[0], seen[1]);
+    }
+}

@@ -33,7 +33,12 @@ use etcdserver::{CLUSTER_VERSION, ETCD_VERSION};
 
 /// Go's http.Error: text/plain, nosniff, the message and a newline.
 pub fn plain_error(status: StatusCode, message: &str) -> http::Response<Body> {
-    let mut response = http::Response::new(Body::from(format!("{message}\n")));
+    plain_text(status, format!("{message}\n"))
+}
+
+/// `body` as text/plain with nosniff, as Go's handlers that set both.
+pub(crate) fn plain_text(status: StatusCode, body: String) -> http::Response<Body> {
+    let mut response = http::Response::new(Body::from(body));
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(

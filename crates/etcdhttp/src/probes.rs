@@ -17,10 +17,10 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::body::Body;
-use http::{header, HeaderValue, Method, StatusCode};
+use http::{Method, StatusCode};
 
 use crate::health::{active_alarms, query_values, read};
-use crate::{method_not_allowed, plain_error};
+use crate::{method_not_allowed, plain_error, plain_text};
 use etcdserver::EtcdServer;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,15 +142,5 @@ pub(crate) async fn serve(
         true => format!("{reason}ok\n"),
         false => "ok\n".to_string(),
     };
-    let mut response = http::Response::new(Body::from(body));
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    headers.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    response
+    plain_text(StatusCode::OK, body)
 }

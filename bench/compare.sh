@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# Side-by-side benchmark: oxcd vs etcd 3.5.1 vs etcd 3.4.23, same machine,
-# same tool (oxbench), same settings, fresh data dirs; one table at the end.
+# Side-by-side benchmark: oxcd vs etcd 3.5.16 (the reference; etcd 3.5.1 and
+# 3.4.23 on request), same machine, same tool (oxbench), same settings, fresh
+# data dirs; one table at the end, with the ratio oxcd/3.5.16 (and oxcd/3.5.1
+# when 3.5.1 ran).
 #
-#   bench/compare.sh [--rounds N] [--quick] [--only oxcd,etcd35,etcd34] [--cluster N] [--keep-logs]
+#   bench/compare.sh [--rounds N] [--quick] [--only oxcd,etcd3516,etcd35,etcd34] [--cluster N] [--keep-logs]
 #
 #   --rounds N   run everything N times, alternating the server order round by
 #                round; the table shows the median of the rounds (default 1)
 #   --quick      small totals (10k keys instead of 1M, ...) for a smoke run
-#   --only LIST  a subset of servers: oxcd, etcd35, etcd34 (comma-separated)
+#   --only LIST  the servers (comma-separated; default oxcd,etcd3516): oxcd,
+#                etcd3516 (3.5.16), etcd35 (3.5.1), etcd34 (3.4.23)
 #   --cluster N  run each server as an N-member cluster (default 1: a single
 #                member, phases A and B below; N > 1: phase C below)
 #   --keep-logs  keep the server logs and raw results (their path is printed)
 #
-# Environment: OXCD, OXBENCH, ETCD35, ETCD34, ETCDCTL override the binaries;
+# Environment: OXCD, OXBENCH, ETCD3516, ETCD35, ETCD34, ETCDCTL override the binaries;
 # PHASES (default "ab") picks the single-member phases to run, e.g. PHASES=b
 # for the memory/disk/restart phase alone (the table then has only its rows);
 # PORT (default 27379) is the client port, PORT+1 the peer port; member i of a
@@ -41,7 +44,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 rounds=1
 quick=0
-only="oxcd,etcd35,etcd34"
+only="oxcd,etcd3516"
 keep_logs=0
 cluster=1
 while [ $# -gt 0 ]; do
@@ -61,8 +64,8 @@ done
 servers=()
 for s in ${only//,/ }; do
   case "$s" in
-    oxcd|etcd35|etcd34) servers+=("$s") ;;
-    *) echo "compare.sh: --only takes oxcd, etcd35, etcd34; got $s" >&2; exit 2 ;;
+    oxcd|etcd3516|etcd35|etcd34) servers+=("$s") ;;
+    *) echo "compare.sh: --only takes oxcd, etcd3516, etcd35, etcd34; got $s" >&2; exit 2 ;;
   esac
 done
 [ ${#servers[@]} -gt 0 ] || { echo "compare.sh: no server selected" >&2; exit 2; }
@@ -97,6 +100,7 @@ for s in "${servers[@]}"; do
         echo "building oxcd..." >&2
         (cd "$root" && cargo build --release -p oxcd >&2)
       fi ;;
+    etcd3516) ETCD3516=${ETCD3516:-$("$root/../shared/tools/ref-etcd" --bin 3.5.16)} ;;
     etcd35) ETCD35=${ETCD35:-$("$root/../shared/tools/ref-etcd" --bin 3.5)} ;;
     etcd34) ETCD34=${ETCD34:-/usr/bin/etcd}
             [ -x "$ETCD34" ] || { echo "compare.sh: no etcd 3.4.23 at $ETCD34 (apt-get install etcd-server)" >&2; exit 1; } ;;
@@ -104,7 +108,7 @@ for s in "${servers[@]}"; do
 done
 etcdctl=""
 if [ "$cluster" -gt 1 ]; then   # only to find the leader (Maintenance.Status)
-  etcdctl=${ETCDCTL:-$(dirname "$("$root/../shared/tools/ref-etcd" --bin 3.5 2>/dev/null || echo /nonexistent/x)")/etcdctl}
+  etcdctl=${ETCDCTL:-$(dirname "$("$root/../shared/tools/ref-etcd" --bin 3.5.16 2>/dev/null || echo /nonexistent/x)")/etcdctl}
   [ -x "$etcdctl" ] || etcdctl=$(command -v etcdctl || true)
   [ -n "$etcdctl" ] || echo "compare.sh: no etcdctl found (ETCDCTL=...): leader-only rows skipped" >&2
 fi
@@ -134,7 +138,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 server_bin() {
-  case "$1" in oxcd) echo "$OXCD" ;; etcd35) echo "$ETCD35" ;; etcd34) echo "$ETCD34" ;; esac
+  case "$1" in oxcd) echo "$OXCD" ;; etcd3516) echo "$ETCD3516" ;; etcd35) echo "$ETCD35" ;; etcd34) echo "$ETCD34" ;; esac
 }
 
 # start_server NAME DATA_DIR LOG: same flags for every server.
@@ -448,7 +452,7 @@ if cluster > 1:
         ("range linearizable, leader, p99", "range_l_leader.p99", "ms", "<=1"),
         (f"CPU per 10k puts, {cluster} members summed (100 clients)", "cpu_per_10k", "s", "<=0.6"),
     ]
-servers = [("oxcd", "oxcd"), ("etcd35", "etcd 3.5.1"), ("etcd34", "etcd 3.4.23")]
+servers = [("oxcd", "oxcd"), ("etcd3516", "etcd 3.5.16"), ("etcd35", "etcd 3.5.1"), ("etcd34", "etcd 3.4.23")]
 present = [(k, label) for k, label in servers if any(s == k for s, _ in values)]
 
 def fmt(v, flag):
@@ -457,7 +461,10 @@ def fmt(v, flag):
     text = f"{v:,.0f}" if v >= 1000 else (f"{v:.1f}" if v >= 100 else (f"{v:.2f}" if v >= 1 else f"{v:.3f}"))
     return text + flag
 
-header = ["workload", "unit"] + [label for _, label in present] + ["oxcd/3.5.1", "target"]
+# the ratio to each etcd 3.5 that ran: 3.5.16 (the reference) first
+references = [(k, label.split()[-1]) for k, label in present if k in ("etcd3516", "etcd35")]
+header = (["workload", "unit"] + [label for _, label in present]
+          + [f"oxcd/{version}" for _, version in references] + ["target"])
 table = [header]
 for title, metric, unit, target in rows:
     if not any((key, metric) in values for key, _ in present):
@@ -466,9 +473,10 @@ for title, metric, unit, target in rows:
     for key, _ in present:
         cells.append(fmt(*figure(key, metric)))
     ox, _ = figure("oxcd", metric)
-    e35, _ = figure("etcd35", metric)
-    ratio = f"{ox / e35:.2f}x" if ox is not None and e35 not in (None, 0) else "-"
-    cells += [ratio, target]
+    for key, _ in references:
+        ref, _ = figure(key, metric)
+        cells.append(f"{ox / ref:.2f}x" if ox is not None and ref not in (None, 0) else "-")
+    cells.append(target)
     table.append(cells)
 widths = [max(len(r[i]) for r in table) for i in range(len(header))]
 def line(r):
@@ -481,7 +489,7 @@ rounds = max((len(v) for v in values.values()), default=0)
 what = f"{cluster}-member clusters on loopback" if cluster > 1 else "single member"
 print(f"\n{what}; median of {rounds} round(s){' (--quick)' if quick else ''}; "
       "'!' = some requests failed (see stderr), n/a = none succeeded; "
-      "target = the ratio issue 3 asks of oxcd/etcd-3.5.1")
+      "target = the ratio asked of oxcd/etcd-3.5.16")
 if cluster > 1:
     print("all members = --endpoints follower(s) first, leader last (conns round-robin, "
           "so the 1-client put goes through a follower); leader = --endpoints leader only")

@@ -1,7 +1,14 @@
 //! Reading segments back: records in order, the valid end of the last
 //! segment, a torn tail told from mid-log corruption.
+//!
+//! A segment is read forward through a [`Window`] of a few blocks, never
+//! whole: a segment is preallocated to 64 MiB, and a start that read each one
+//! into memory kept that much resident after it (the allocator does not hand
+//! a freed block back to the kernel at once).
 
-use std::fs;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
 
 use raft::eraftpb::{Entry, HardState};
 
@@ -29,29 +36,116 @@ pub(super) struct SegmentTail {
     pub(super) torn_bytes: u64,
 }
 
-/// Whether `buf` holds only zero bytes. It may be a whole 64 MiB
-/// preallocated tail: compare in blocks (memcmp) rather than byte by byte.
+/// How much of a segment is read at a time.
+const BLOCK: usize = 256 * 1024;
+
+/// Whether `buf` holds only zero bytes, compared in blocks (memcmp) rather
+/// than byte by byte.
 fn all_zero(buf: &[u8]) -> bool {
     const ZEROS: [u8; 4096] = [0; 4096];
     buf.chunks(ZEROS.len()).all(|c| c == &ZEROS[..c.len()])
 }
 
-/// Length of `buf` without its trailing zero bytes.
-fn trim_zero_tail(buf: &[u8]) -> usize {
-    let mut end = buf.len();
-    while end > 0 {
-        let start = end.saturating_sub(4096);
-        if all_zero(&buf[start..end]) {
-            end = start;
-        } else {
-            return start
-                + buf[start..end]
-                    .iter()
-                    .rposition(|b| *b != 0)
-                    .map_or(0, |p| p + 1);
+/// A forward window over a segment file: the bytes from file offset `start`
+/// that have been read and not yet consumed. It holds at most a block beyond
+/// the longest record it was asked for.
+struct Window<'a> {
+    file: &'a File,
+    file_len: u64,
+    /// File offset of `buf[head]`.
+    start: u64,
+    buf: Vec<u8>,
+    head: usize,
+}
+
+impl<'a> Window<'a> {
+    fn new(file: &'a File, file_len: u64) -> Self {
+        Window {
+            file,
+            file_len,
+            start: 0,
+            buf: Vec::new(),
+            head: 0,
         }
     }
-    0
+
+    /// The unconsumed bytes read so far.
+    fn data(&self) -> &[u8] {
+        &self.buf[self.head..]
+    }
+
+    /// Whether every byte of the file up to its end is in [`Self::data`].
+    fn at_eof(&self) -> bool {
+        self.start + self.data().len() as u64 >= self.file_len
+    }
+
+    /// Reads until [`Self::data`] holds `want` bytes or the file ends.
+    fn fill(&mut self, want: usize) -> io::Result<()> {
+        if self.head > 0 && self.head >= self.buf.len() / 2 {
+            self.buf.drain(..self.head);
+            self.head = 0;
+        }
+        while self.data().len() < want && !self.at_eof() {
+            let have = self.buf.len();
+            let end_offset = self.start + self.data().len() as u64;
+            let left = (self.file_len - end_offset).min((want - self.data().len()) as u64);
+            self.buf.resize(have + left as usize, 0);
+            let n = self.file.read_at(&mut self.buf[have..], end_offset)?;
+            self.buf.truncate(have + n);
+            if n == 0 {
+                // the file shrank under us: its end is where reads stop
+                self.file_len = end_offset;
+            }
+        }
+        Ok(())
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.head += n;
+        self.start += n as u64;
+    }
+
+    /// Whether the file holds only zero bytes from `offset` to its end.
+    fn zeros_from(&self, offset: u64) -> io::Result<bool> {
+        let mut found = true;
+        self.scan_from(offset, |_, chunk| {
+            found = all_zero(chunk);
+            found
+        })?;
+        Ok(found)
+    }
+
+    /// The end of the last non-zero byte at or after `offset` (`offset`
+    /// itself when only zeros follow).
+    fn nonzero_end_from(&self, offset: u64) -> io::Result<u64> {
+        let mut end = offset;
+        self.scan_from(offset, |at, chunk| {
+            if let Some(p) = chunk.iter().rposition(|b| *b != 0) {
+                end = at + p as u64 + 1;
+            }
+            true
+        })?;
+        Ok(end)
+    }
+
+    /// Calls `visit(offset, chunk)` over the file from `offset` to its end, a
+    /// block at a time, while it returns true.
+    fn scan_from(
+        &self,
+        mut offset: u64,
+        mut visit: impl FnMut(u64, &[u8]) -> bool,
+    ) -> io::Result<()> {
+        let mut chunk = vec![0u8; BLOCK];
+        while offset < self.file_len {
+            let len = (self.file_len - offset).min(BLOCK as u64) as usize;
+            let n = self.file.read_at(&mut chunk[..len], offset)?;
+            if n == 0 || !visit(offset, &chunk[..n]) {
+                break;
+            }
+            offset += n as u64;
+        }
+        Ok(())
+    }
 }
 
 impl Replay {
@@ -63,28 +157,45 @@ impl Replay {
         segment: &Segment,
         is_last: bool,
     ) -> Result<SegmentTail, WalError> {
-        let buf = fs::read(&segment.path).map_err(io_err(&segment.path))?;
-        let corrupt = |offset: usize, reason: String| WalError::Corrupt {
-            path: segment.path.clone(),
-            offset: offset as u64,
+        let path = &segment.path;
+        let file = File::open(path).map_err(io_err(path))?;
+        let file_len = file.metadata().map_err(io_err(path))?.len();
+        let mut window = Window::new(&file, file_len);
+        let corrupt = |offset: u64, reason: String| WalError::Corrupt {
+            path: path.clone(),
+            offset,
             reason,
         };
         // In the last segment, whether nothing but zeros follows `from`.
-        let zeros_after = |from: usize| is_last && all_zero(buf.get(from..).unwrap_or_default());
-        let mut offset = 0usize;
+        let zeros_after = |w: &Window, from: u64| -> Result<bool, WalError> {
+            Ok(is_last && w.zeros_from(from).map_err(io_err(path))?)
+        };
         let mut first = true;
         let mut torn = false;
-        while offset < buf.len() {
-            let rest = &buf[offset..];
-            match record::decode(rest) {
+        loop {
+            if window.data().len() < BLOCK / 2 {
+                window.fill(BLOCK).map_err(io_err(path))?;
+            }
+            if window.data().is_empty() {
+                break;
+            }
+            let offset = window.start;
+            let mut decoded = record::decode(window.data());
+            // a record longer than the window: read on, doubling, to its end
+            while matches!(decoded, Err(DecodeError::Incomplete)) && !window.at_eof() {
+                let want = window.data().len().saturating_mul(2);
+                window.fill(want).map_err(io_err(path))?;
+                decoded = record::decode(window.data());
+            }
+            match decoded {
                 Ok((record, len)) => {
                     self.apply(record, first)
                         .map_err(|reason| corrupt(offset, reason))?;
                     first = false;
-                    offset += len;
+                    window.consume(len);
                 }
                 // the logical end: a zero-filled (preallocated) tail, no repair
-                Err(_) if zeros_after(offset) => break,
+                Err(_) if zeros_after(&window, offset)? => break,
                 Err(DecodeError::Incomplete) if is_last => {
                     torn = true;
                     break;
@@ -95,7 +206,9 @@ impl Replay {
                         "truncated record in a sealed segment".into(),
                     ))
                 }
-                Err(DecodeError::BadHeader) if zeros_after(offset + HEADER_LEN) => {
+                Err(DecodeError::BadHeader)
+                    if zeros_after(&window, offset + HEADER_LEN as u64)? =>
+                {
                     torn = true;
                     break;
                 }
@@ -103,7 +216,7 @@ impl Replay {
                     return Err(corrupt(offset, "record header fails its CRC".into()))
                 }
                 Err(DecodeError::BadPayloadCrc { record_len })
-                    if zeros_after(offset + record_len) =>
+                    if zeros_after(&window, offset + record_len as u64)? =>
                 {
                     torn = true;
                     break;
@@ -117,18 +230,20 @@ impl Replay {
                 Err(DecodeError::BadPayload { reason, .. }) => return Err(corrupt(offset, reason)),
             }
         }
+        let valid_len = window.start;
         if first && !is_last {
             return Err(corrupt(0, "segment holds no records".into()));
         }
         let torn_bytes = if torn {
             // at least one byte: a torn record is never all zeros
-            trim_zero_tail(&buf).saturating_sub(offset).max(1) as u64
+            let end = window.nonzero_end_from(valid_len).map_err(io_err(path))?;
+            (end - valid_len).max(1)
         } else {
             0
         };
         Ok(SegmentTail {
-            valid_len: offset as u64,
-            file_len: buf.len() as u64,
+            valid_len,
+            file_len: window.file_len,
             torn_bytes,
         })
     }

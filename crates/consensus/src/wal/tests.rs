@@ -303,6 +303,51 @@ fn wal_torn_record_in_a_preallocated_segment_is_repaired() {
     }
 }
 
+/// Replay reads a segment through a window of a few hundred KiB, not whole:
+/// records larger than the window and records straddling its edges come
+/// back whole, and a torn record longer than the window is cut off, every
+/// byte of it counted.
+#[test]
+fn wal_replay_reads_records_larger_than_its_window() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let options = WalOptions::default();
+    let sizes = [10usize, 700_000, 3, 262_131, 1_300_000, 5, 131_072];
+    let mut wal = Wal::create(dir.path(), meta(), options.clone()).unwrap();
+    for (i, size) in sizes.iter().enumerate() {
+        let index = i as u64 + 1;
+        wal.append(
+            &[entry(index, 1, &vec![index as u8; *size])],
+            Some(&hs(1, 1, index)),
+        );
+    }
+    wal.sync().unwrap();
+    let path = wal.segment_paths().pop().unwrap();
+    let logical = wal.active_len;
+    drop(wal);
+    let check = |c: &WalContents| {
+        assert_eq!(indexes(c), (1..=sizes.len() as u64).collect::<Vec<_>>());
+        for (e, size) in c.entries.iter().zip(sizes) {
+            assert_eq!(e.data.len(), size, "entry {}", e.index);
+            assert!(e.data.iter().all(|b| *b == e.index as u8));
+        }
+        assert_eq!(c.hard_state, hs(1, 1, sizes.len() as u64));
+    };
+    let (_, c) = Wal::open(dir.path(), options.clone()).unwrap();
+    check(&c);
+    assert_eq!(c.repaired_bytes, 0);
+
+    let mut torn = Vec::new();
+    record::encode(&Record::Entry(entry(8, 1, &[0xcd; 1 << 20])), &mut torn);
+    let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_at(&torn[..900_000], logical).unwrap();
+    drop(file);
+    let (wal, c) = Wal::open(dir.path(), options).unwrap();
+    check(&c);
+    assert_eq!(c.repaired_bytes, 900_000);
+    assert_eq!(wal.active_len, logical);
+}
+
 #[test]
 fn wal_sealed_segments_have_no_zero_tail() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,7 +1,8 @@
 //! oxbench: etcd's `benchmark` tool, rewritten light.
 //!
 //! Owns: the workloads of etcd's `tools/benchmark` (put, range, txn-put,
-//! watch, watch-latency, lease-keepalive) against any etcd v3 endpoint, and
+//! watch, watch-latency, lease-keepalive) against any etcd v3 endpoint, a few
+//! of its own for bench/ (health, lease-expire, failover), and
 //! the report etcd's `pkg/report` prints, so that oxcd and etcd are measured
 //! with one tool and one format. Talks raw gRPC through the `api` crate's
 //! generated clients: on a 2-core machine the client competes with the server

@@ -5,7 +5,9 @@ use std::time::Duration;
 use bench::auth::{ask_password, credentials_from_flags};
 use bench::client::Settings;
 use bench::report::Precision;
-use bench::workloads::{health, lease, lease_expire, put, range, txn_put, watch, watch_latency};
+use bench::workloads::{
+    failover, health, lease, lease_expire, put, range, txn_put, watch, watch_latency,
+};
 use clap::{ArgAction, Parser, Subcommand};
 
 /// mimalloc, as oxcd: with glibc's malloc a third of oxbench's CPU went to
@@ -180,12 +182,39 @@ enum Command {
         /// Number of keys to put per second
         #[arg(long, default_value_t = 100)]
         put_rate: u64,
+        /// Puts that may go at once before the rate applies (0: --put-rate, as
+        /// etcd's; oxbench's own: 1 spaces every put)
+        #[arg(long, default_value_t = 0)]
+        put_burst: u64,
         /// Key size of watch response
         #[arg(long, default_value_t = 32)]
         key_size: usize,
         /// Value size of watch response
         #[arg(long, default_value_t = 32)]
         val_size: usize,
+        /// Once every watcher is created, create this file and wait until it is
+        /// removed before the first put (oxbench's own: bench/watch-scale.sh
+        /// reads the server's memory then)
+        #[arg(long)]
+        pause_file: Option<std::path::PathBuf>,
+    },
+    /// One client putting continuously through the endpoints (a deadline per
+    /// put, retried on another endpoint), every endpoint's Status polled;
+    /// each acknowledged put, failed put and leader change goes to --timeline.
+    /// Not an etcd benchmark command: bench/failover.sh kills the leader under it.
+    Failover {
+        /// Where the timeline goes (one line per fact; see the module doc)
+        #[arg(long)]
+        timeline: std::path::PathBuf,
+        /// Deadline of each put and each Status poll
+        #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+        request_timeout: Duration,
+        /// Stop after this long (else at SIGTERM or SIGINT)
+        #[arg(long, default_value = "1h", value_parser = parse_duration)]
+        duration: Duration,
+        /// Put through a follower (follower) or keep an endpoint until it fails (any)
+        #[arg(long, default_value = "follower")]
+        via: failover::Via,
     },
     /// Many leases (one key each) expiring together under a steady writer
     #[command(name = "lease-expire")]
@@ -362,8 +391,10 @@ async fn run(cli: Cli) -> Result<(), String> {
             prevkv,
             put_total,
             put_rate,
+            put_burst,
             key_size,
             val_size,
+            pause_file,
         } => {
             let opts = watch_latency::WatchLatencyOptions {
                 streams,
@@ -371,10 +402,26 @@ async fn run(cli: Cli) -> Result<(), String> {
                 prevkv,
                 put_total,
                 put_rate,
+                put_burst,
                 key_size,
                 val_size,
+                pause_file,
             };
             watch_latency::run(&settings, &opts).await
+        }
+        Command::Failover {
+            timeline,
+            request_timeout,
+            duration,
+            via,
+        } => {
+            let opts = failover::FailoverOptions {
+                timeline,
+                request_timeout,
+                duration,
+                via,
+            };
+            failover::run(&settings, &opts).await
         }
         Command::LeaseKeepalive { total } => lease::run(&settings, total).await,
         Command::LeaseExpire {

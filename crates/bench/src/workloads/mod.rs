@@ -1,5 +1,6 @@
 //! One module per etcd benchmark subcommand.
 
+pub mod failover;
 pub mod health;
 pub mod lease;
 pub mod lease_expire;

@@ -38,7 +38,9 @@
 #      conns, each against all members (--endpoints in the order follower(s)
 #      first, leader last: oxbench spreads conns round-robin, so the 1-client put
 #      goes through a follower on every server kind) and then against the leader
-#      only. A leader change during the run is reported on stderr.
+#      only; watch-latency with 1,000 watchers (10 streams x 100, as in A) on
+#      one follower, the writer through it too. A leader change during the run
+#      is reported on stderr.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -346,6 +348,13 @@ phase_c() {
     echo "  range, linearizable, 100 clients, leader" >&2
     bench_endpoints=$leader
     bench "$s" range_l_leader --clients 100 --conns 10 range $'\x02' $'\x03' --consistency l --total $n_range
+    # The watchers and the writer on one follower (a put through a follower is
+    # answered once that follower applied it): its apply-to-event path.
+    local follower=${ordered%%,*}
+    echo "  watch-latency, 1,000 watchers, follower $follower" >&2
+    bench_endpoints=$follower
+    bench "$s" watchlat_follower --clients 10 --conns 10 watch-latency --streams 10 --watchers-per-stream 100 \
+      --put-total $n_watch_puts --put-rate 100
   fi
   bench_endpoints=""
   local leader_after; leader_after=$(leader_endpoint)
@@ -450,6 +459,7 @@ if cluster > 1:
         ("range linearizable, all members, p99", "range_l.p99", "ms", "<=1"),
         ("range linearizable, 100 clients, leader", "range_l_leader.rps", "req/s", ">=1.5"),
         ("range linearizable, leader, p99", "range_l_leader.p99", "ms", "<=1"),
+        ("watch-latency, 1,000 watchers on a follower, p99", "watchlat_follower.p99", "ms", "<=1"),
         (f"CPU per 10k puts, {cluster} members summed (100 clients)", "cpu_per_10k", "s", "<=0.6"),
     ]
 servers = [("oxcd", "oxcd"), ("etcd3516", "etcd 3.5.16"), ("etcd35", "etcd 3.5.1"), ("etcd34", "etcd 3.4.23")]

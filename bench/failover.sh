@@ -36,7 +36,7 @@
 # every acknowledged put and leader change written to a timeline. After 2 s,
 # K times: find the leader (etcdctl endpoint status), kill -9 it, and from the
 # timeline take
-#   gap          kill -> the first put acknowledged after it
+#   gap          kill -> the acknowledgement of the first put sent after it
 #   new leader   kill -> the first Status, from any member, naming a leader
 #                other than the killed one
 # then restart the killed member (same flags, its data dir), wait until it is
@@ -237,14 +237,16 @@ cat >"$work/timeline.py" <<'EOF'
 import sys
 
 def first_after(path, kill_ns, old_leader, killed):
-    """(ns of the first ack after the kill, ns of the first Status naming
-    another leader after it), None where not seen yet."""
+    """(ns at which the first put sent after the kill was acknowledged, ns of
+    the first Status naming another leader after it), None where not seen yet."""
     ack = leader = None
     for line in open(path):
         f = line.split()
         if len(f) < 5:
             continue  # a line being written
-        if f[0] == "ack" and ack is None and int(f[2]) > kill_ns:
+        # sent after the kill: a put the old leader committed just before
+        # it may still be answered just after
+        if f[0] == "ack" and ack is None and int(f[1]) > kill_ns:
             ack = int(f[2])
         elif (f[0] == "leader" and leader is None and f[3] not in ("-", "0", old_leader)
               and int(f[1]) > kill_ns and f[2] != killed):

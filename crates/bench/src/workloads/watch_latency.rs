@@ -10,9 +10,11 @@
 //!
 //! oxbench's own additions, for bench/watch-scale.sh: `--pause-file`,
 //! `--put-burst`, and under `--json` the watchers created, the creation
-//! summary (`create`, its `total_secs` the wall time of creating them all)
-//! and the events delivered per second (`events_per_sec`, from the first put
-//! to the last event).
+//! summary (`create`, its `total_secs` the wall time of creating them all),
+//! the latencies from each put's sending (`since_put_sent`: at scale a server
+//! may answer the put behind its deliveries, and most events then beat the
+//! answer) and the events delivered per second (`events_per_sec`, from the
+//! first put to the last event).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -61,18 +63,35 @@ struct Arrival {
     at_nanos: u64,
 }
 
-/// Record the latency of every arrival whose revision is a put's (arrival −
-/// that put's end, 0 when the event beat the put's answer). Returns how many
-/// matched and the last matched arrival (ns after the put phase began).
-fn tally(put_ends: &HashMap<i64, u64>, arrivals: &[Arrival], events: &mut Recorder) -> (u64, u64) {
+/// When a put was sent and answered, in ns after the put phase began.
+#[derive(Clone, Copy, Debug)]
+struct PutTimes {
+    sent: u64,
+    answered: u64,
+}
+
+/// Record the latency of every arrival whose revision is a put's: in
+/// `from_answer`, arrival − that put's answer (etcd's; 0 when the event beat
+/// the answer, as it does when a server answers the put behind its
+/// deliveries), in `from_sent`, arrival − the put's sending. Returns how
+/// many matched and the last matched arrival (ns after the put phase began).
+fn tally(
+    puts: &HashMap<i64, PutTimes>,
+    arrivals: &[Arrival],
+    from_answer: &mut Recorder,
+    from_sent: &mut Recorder,
+) -> (u64, u64) {
     let mut matched = 0;
     let mut last = 0;
     for arrival in arrivals {
-        let Some(put_end) = put_ends.get(&arrival.revision) else {
+        let Some(put) = puts.get(&arrival.revision) else {
             continue;
         };
-        events.success(Duration::from_nanos(
-            arrival.at_nanos.saturating_sub(*put_end),
+        from_answer.success(Duration::from_nanos(
+            arrival.at_nanos.saturating_sub(put.answered),
+        ));
+        from_sent.success(Duration::from_nanos(
+            arrival.at_nanos.saturating_sub(put.sent),
         ));
         matched += 1;
         last = last.max(arrival.at_nanos);
@@ -184,7 +203,7 @@ pub async fn run(settings: &Settings, opts: &WatchLatencyOptions) -> Result<(), 
     };
     let limiter = RateLimiter::new(opts.put_rate, burst);
     let mut puts = Recorder::with_capacity(opts.put_total as usize);
-    let mut put_ends: HashMap<i64, u64> = HashMap::with_capacity(opts.put_total as usize);
+    let mut put_times: HashMap<i64, PutTimes> = HashMap::with_capacity(opts.put_total as usize);
     if watchers > 0 {
         for _ in 0..opts.put_total {
             limiter::wait(limiter.as_ref()).await;
@@ -201,13 +220,17 @@ pub async fn run(settings: &Settings, opts: &WatchLatencyOptions) -> Result<(), 
                 Ok(response) => {
                     puts.success(end - st);
                     let revision = response.into_inner().header.map_or(0, |h| h.revision);
-                    put_ends.insert(revision, nanos_since(start, end));
+                    let times = PutTimes {
+                        sent: nanos_since(start, st),
+                        answered: nanos_since(start, end),
+                    };
+                    put_times.insert(revision, times);
                 }
                 Err(status) => puts.error(status_message(&status)),
             }
         }
     }
-    let expected = (put_ends.len() * watchers) as i64;
+    let expected = (put_times.len() * watchers) as i64;
     let missing = wait_for_events(&received, || expected, || true).await;
     let _ = stop_tx.send(true);
     let puts = puts.finish(start.elapsed());
@@ -215,12 +238,13 @@ pub async fn run(settings: &Settings, opts: &WatchLatencyOptions) -> Result<(), 
     out.report("\nPut summary:\n", &puts, "");
 
     let mut events = Recorder::with_capacity(expected.max(0) as usize);
+    let mut from_sent = Recorder::with_capacity(expected.max(0) as usize);
     let (mut matched, mut last_arrival) = (0, 0);
     for task in receivers {
         match task.await {
             Ok((arrivals, errors)) => {
                 events.merge(errors);
-                let (m, last) = tally(&put_ends, &arrivals, &mut events);
+                let (m, last) = tally(&put_times, &arrivals, &mut events, &mut from_sent);
                 matched += m;
                 last_arrival = last_arrival.max(last);
             }
@@ -236,10 +260,15 @@ pub async fn run(settings: &Settings, opts: &WatchLatencyOptions) -> Result<(), 
     events.errors_n("watch event not received", missing.max(0) as u64);
     // As etcd's, the watch report spans the put phase, the wait and the tally.
     let events = events.finish(start.elapsed());
+    let from_sent = from_sent.finish(start.elapsed());
     out.report("\nWatch events summary:\n", &events, "");
     out.json_with(
         &events,
-        &[("put", &puts), ("create", &creation)],
+        &[
+            ("put", &puts),
+            ("create", &creation),
+            ("since_put_sent", &from_sent),
+        ],
         &[
             ("watchers", watchers as f64),
             ("events_per_sec", events_per_sec(matched, last_arrival)),
@@ -261,8 +290,12 @@ mod tests {
 
     #[test]
     fn events_are_matched_to_their_put_by_revision() {
-        // puts at revisions 2 and 3 answered at 10 ms and 20 ms
-        let put_ends = HashMap::from([(2, 10_000_000), (3, 20_000_000)]);
+        // puts at revisions 2 and 3, sent at 1 ms and 11 ms, answered at 10 ms and 20 ms
+        let times = |sent_ms: u64, answered_ms: u64| PutTimes {
+            sent: sent_ms * 1_000_000,
+            answered: answered_ms * 1_000_000,
+        };
+        let puts = HashMap::from([(2, times(1, 10)), (3, times(11, 20))]);
         // out of order across watchers, one before its put's answer, one of
         // a revision no put of ours made (a failed put that committed)
         let arrivals = [
@@ -271,16 +304,19 @@ mod tests {
             arrival(2, 9),
             arrival(7, 40),
         ];
-        let mut events = Recorder::default();
-        let (matched, last) = tally(&put_ends, &arrivals, &mut events);
+        let (mut from_answer, mut from_sent) = (Recorder::default(), Recorder::default());
+        let (matched, last) = tally(&puts, &arrivals, &mut from_answer, &mut from_sent);
         assert_eq!((matched, last), (3, 25_000_000));
-        let stats = events.finish(Duration::from_secs(1));
-        let ms: Vec<f64> = stats
-            .latencies
-            .iter()
-            .map(|s| (s * 1000.0).round())
-            .collect();
-        assert_eq!(ms, [0.0, 2.0, 5.0]);
+        let ms = |recorder: Recorder| -> Vec<f64> {
+            let stats = recorder.finish(Duration::from_secs(1));
+            stats
+                .latencies
+                .iter()
+                .map(|s| (s * 1000.0).round())
+                .collect()
+        };
+        assert_eq!(ms(from_answer), [0.0, 2.0, 5.0]);
+        assert_eq!(ms(from_sent), [8.0, 11.0, 14.0]);
     }
 
     #[test]

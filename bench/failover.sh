@@ -311,7 +311,7 @@ run_cluster() {
     kill -KILL "${pids[victim]}"
     wait "${pids[victim]}" 2>/dev/null || true
     pids[victim]=""
-    local kill_ns=${t_kill/./}000
+    local kill_ns=${t_kill//[.,]/}000   # $EPOCHREALTIME: seconds and microseconds
     local deadline=$((SECONDS + timeout))
     until python3 "$work/timeline.py" seen "$timeline" "$kill_ns" "$old_id" "$victim"; do
       if [ $SECONDS -ge $deadline ] || ! kill -0 "$writer_pid" 2>/dev/null; then

@@ -238,12 +238,15 @@ import sys
 
 def first_after(path, kill_ns, old_leader, killed):
     """(ns at which the first put sent after the kill was acknowledged, ns of
-    the first Status naming another leader after it), None where not seen yet."""
-    ack = leader = None
+    the first Status naming another leader after it, the endpoint of the last
+    put acknowledged before the kill), None where not seen yet."""
+    ack = leader = before = None
     for line in open(path):
         f = line.split()
         if len(f) < 5:
             continue  # a line being written
+        if f[0] == "ack" and int(f[2]) <= kill_ns:
+            before = f[3]
         # sent after the kill: a put the old leader committed just before
         # it may still be answered just after
         if f[0] == "ack" and ack is None and int(f[1]) > kill_ns:
@@ -253,16 +256,17 @@ def first_after(path, kill_ns, old_leader, killed):
             leader = int(f[1])
         if ack is not None and leader is not None:
             break
-    return ack, leader
+    return ack, leader, before
 
 if sys.argv[1] == "seen":  # seen TIMELINE KILL_NS OLD_LEADER KILLED: exit 0 once both are seen
-    ack, leader = first_after(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5])
+    ack, leader, _ = first_after(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5])
     sys.exit(0 if ack is not None and leader is not None else 1)
-if sys.argv[1] == "figures":  # figures TIMELINE KILL_NS OLD_LEADER KILLED: "gap_s leader_s"
+if sys.argv[1] == "figures":  # figures TIMELINE KILL_NS OLD_LEADER KILLED: "gap_s leader_s writer_member"
     kill_ns = int(sys.argv[3])
-    ack, leader = first_after(sys.argv[2], kill_ns, sys.argv[4], sys.argv[5])
+    ack, leader, before = first_after(sys.argv[2], kill_ns, sys.argv[4], sys.argv[5])
     print("%.3f" % ((ack - kill_ns) / 1e9) if ack else "n/a",
-          "%.3f" % ((leader - kill_ns) / 1e9) if leader else "n/a")
+          "%.3f" % ((leader - kill_ns) / 1e9) if leader else "n/a",
+          "m%d" % (int(before) + 1) if before is not None else "?")
 EOF
 
 # run_cluster KIND DIR N: a fresh N-member cluster, the writer, $kills kills.
@@ -320,11 +324,11 @@ run_cluster() {
       fi
       sleep 0.1
     done
-    local gap new_leader
-    read -r gap new_leader <<<"$(python3 "$work/timeline.py" figures "$timeline" "$kill_ns" "$old_id" "$victim")"
+    local gap new_leader through
+    read -r gap new_leader through <<<"$(python3 "$work/timeline.py" figures "$timeline" "$kill_ns" "$old_id" "$victim")"
     record "$kind" "gap.$n" "$gap"
     record "$kind" "leader.$n" "$new_leader"
-    echo "  $kind, $n members, kill $k/$kills of the leader m$((victim + 1)): first ack after $gap s, new leader seen after $new_leader s" >&2
+    echo "  $kind, $n members, kill $k/$kills of the leader m$((victim + 1)) (the writer through $through): first ack after $gap s, new leader seen after $new_leader s" >&2
     start_member "$kind" "$dir" "$victim" "$initial"
     healthy "$dir" "$victim" || { fail "$dir" "$kind: m$((victim + 1)) not healthy within ${timeout}s of its restart"; return 1; }
     sleep "$settle"

@@ -40,7 +40,8 @@
 #      RSS (VmHWM).
 # Offered load: R x S x W events/s (default 100,000/s): raise --put-rate to
 # find where a server stops keeping up (events/s below the offered rate,
-# latency growing with the run).
+# latency growing with the run). A server that does not come up or an
+# oxbench run that fails is reported and the script exits 1 at the end.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -125,6 +126,7 @@ results=$work/results
 : >"$results"
 server_pid=""
 bench_pid=""
+failures=0
 cleanup() {
   [ -z "$bench_pid" ] || kill -TERM "$bench_pid" 2>/dev/null || true
   if [ -n "$server_pid" ]; then
@@ -169,6 +171,7 @@ run_server() {
   start_server "$s" "$dir/data" "$dir/server.log"
   if ! "$OXBENCH" --endpoints "$endpoint" --json health --timeout 120s >/dev/null 2>>"$dir/oxbench.err"; then
     echo "  $s: not healthy within 120 s (see $dir/server.log)" >&2
+    failures=$((failures + 1))
     stop_server
     return 0
   fi
@@ -202,6 +205,7 @@ run_server() {
   record "$s" hwm_mb "$(status_mb VmHWM)"
   if [ $ok = 0 ] || [ ! -s "$out" ]; then
     echo "  $s: oxbench failed: $(tail -n 3 "$dir/oxbench.err")" >&2
+    failures=$((failures + 1))
     stop_server
     return 0
   fi
@@ -320,3 +324,7 @@ print(f"\nsingle member; {watchers:,} watchers on one key ({streams:,} streams x
       "'!' = some watchers, events or puts failed (see stderr); latency from the put's answer = "
       "etcd's watch-latency (0 when the event came before the answer)")
 EOF
+if [ "$failures" -gt 0 ]; then
+  echo "watch-scale.sh: $failures failure(s), see above" >&2
+  exit 1
+fi

@@ -378,6 +378,7 @@ fn load_from(db: &impl ReadableDatabase) -> Result<Loaded, MvccError> {
             leased.remove(fields.key);
         }
     }
+    index.repack();
     // The other tables are read through once too: redb checks a page as
     // it reads it and panics on some damage (an invalid key), which the
     // caller's `without_panics` turns into refusing the file here rather

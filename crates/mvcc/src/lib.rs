@@ -174,6 +174,8 @@ mod checksum_tests;
 #[cfg(test)]
 mod test_util;
 #[cfg(test)]
+mod key_index_memory_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod watch_tests;

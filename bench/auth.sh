@@ -10,24 +10,29 @@
 # data dir. Rounds alternate the servers; medians are printed with the
 # oxcd/etcd ratios without and with auth.
 #
-#   bench/auth.sh [--rounds N]
+#   bench/auth.sh [--rounds N] [--quick]
+#
+#   --quick   5,000 puts and 10,000 ranges a run (as bench/tls.sh --quick)
 #
 # Environment: FULL=1 for the full load (200,000 puts, 500,000 ranges a run;
 # default 50,000 and 100,000, as bench/tls.sh: a few minutes in all); OXCD, OXBENCH, ETCD
 # (default /opt/etcd-3.5.16/etcd, installed by
 # `REF_ETCD=3.5.16 ../shared/tools/ref-etcd`; without it only oxcd runs),
-# ETCDCTL (default the etcdctl next to ETCD, else /usr/bin/etcdctl).
+# ETCDCTL (default the etcdctl next to ETCD, else /usr/bin/etcdctl); PORT
+# (default 28479) is the client port, PORT+1 the peer port.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-rounds=3
+rounds=3 quick=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
+    --quick) quick=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "auth.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 n_put=50000 n_range=100000
+[ $quick = 1 ] && n_put=5000 n_range=10000
 [ "${FULL:-0}" = 1 ] && n_put=200000 n_range=500000
 OXCD=${OXCD:-$root/target/release/oxcd}
 OXBENCH=${OXBENCH:-$root/target/release/oxbench}
@@ -53,7 +58,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-port=28479
+port=${PORT:-28479}
 user_args=()
 bench() { "$OXBENCH" --endpoints "127.0.0.1:$port" "${user_args[@]}" "$@"; }
 ctl() { ETCDCTL_API=3 "$ETCDCTL" --endpoints "127.0.0.1:$port" "$@" >/dev/null; }

@@ -7,7 +7,8 @@
 #
 #   bench/membership.sh [--rounds N] [--quick] [--keys N] [--learner-keys M]
 #                       [--learner-members 1|3] [--only oxcd,etcd]
-#                       [--snapshot-count C] [--timeout SECS] [--keep-logs]
+#                       [--snapshot-count C] [--timeout SECS] [--pause-puts P]
+#                       [--keep-logs]
 #
 #   1) replace a dead member: a 3-member cluster, N keys of 256 B loaded
 #      (--keys, default 100,000), kill -9 one follower, then time
@@ -38,6 +39,8 @@
 #   --snapshot-count C  pass --snapshot-count C to every member of both
 #                       servers (default: not passed, i.e. 100,000 on both)
 #   --timeout SECS      deadline of any one wait (default 600; 1800 for M >= 500k)
+#   --pause-puts P      puts of scenario 3's writer (default 3,000: a few
+#                       seconds; the leader is removed 1 s into them)
 #   --keep-logs         keep the server logs (their directory is printed)
 #
 # Environment: OXCD, OXBENCH (default target/release/{oxcd,oxbench}, built if
@@ -79,6 +82,8 @@ while [ $# -gt 0 ]; do
     --snapshot-count=*) snapshot_count=${1#*=}; shift ;;
     --timeout) timeout=$2; shift 2 ;;
     --timeout=*) timeout=${1#*=}; shift ;;
+    --pause-puts) pause_puts=$2; shift 2 ;;
+    --pause-puts=*) pause_puts=${1#*=}; shift ;;
     --keep-logs) keep_logs=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "membership.sh: unknown argument $1" >&2; exit 2 ;;
@@ -96,6 +101,7 @@ isnum "$learner_keys" || { echo "membership.sh: --learner-keys takes a positive 
 if [ -z "$timeout" ]; then
   if [ "$learner_keys" -ge 500000 ] || [ "$keys" -ge 500000 ]; then timeout=1800; else timeout=600; fi
 fi
+isnum "$pause_puts" || { echo "membership.sh: --pause-puts takes a positive number; got $pause_puts" >&2; exit 2; }
 isnum "$timeout" || { echo "membership.sh: --timeout takes seconds; got $timeout" >&2; exit 2; }
 servers=()
 for s in ${only//,/ }; do
@@ -337,8 +343,13 @@ replace_dead() {
   local kind=$1 dir=$2
   mkdir -p "$dir"
   start_cluster "$kind" "$dir" 3 || return 1
+  local up_since; up_since=$(date +%s)
   local all_eps; all_eps="$(client_ep 0),$(client_ep 1),$(client_ep 2)"
   load "$kind" "$dir" "$all_eps" "$keys" replace.load_rps || return 1
+  # both refuse the remove until every link has been up for 5 s
+  # (--strict-reconfig-check: "unhealthy cluster"); a small load is quicker
+  local wait_s=$((up_since + 6 - $(date +%s)))
+  [ "$wait_s" -le 0 ] || sleep "$wait_s"
   local leader; leader=$(leader_index 3)
   [ -n "$leader" ] || { fail "$dir" "$kind: no single leader among the 3 members"; return 1; }
   local victim=$(((leader + 1) % 3)) survivor=$(((leader + 2) % 3))

@@ -14,7 +14,8 @@
 # Defaults: 1,000,000 keys, 1 round (the servers alternate order per round;
 # the table shows medians). Environment: OXCD, OXCTL, OXBENCH, ETCD,
 # ETCDCTL, ETCDUTL override the binaries (release builds of ours by default:
-# `cargo build --release -p oxcd -p oxctl -p bench`). Loopback only.
+# `cargo build --release -p oxcd -p oxctl -p bench`); PORT (default 28579) is
+# the client port, PORT+1 the peer port. Loopback only.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -24,7 +25,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --keys) keys=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "snapshot.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -46,7 +47,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-port=28579
+port=${PORT:-28579}
 now() { echo "$EPOCHREALTIME"; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", b - a}'; }
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
@@ -124,7 +125,7 @@ for ((r = 1; r <= rounds; r++)); do
     echo "$server save_s $(secs "$t0" "$t1")" >>"$results"
     echo "$server save_rss_delta_mb $(((peak - before) / 1024))" >>"$results"
     echo "$server save_rss_peak_mb $((peak / 1024))" >>"$results"
-    echo "$server snapshot_mb $((size / 1000000))" >>"$results"
+    echo "$server snapshot_mb $(awk -v b="$size" 'BEGIN {printf "%.2f", b / 1e6}')" >>"$results"
     echo "$server restore_s $(secs "$t2" "$t3")" >>"$results"
     echo "$server restore_rss_mb $((restore_rss / 1024))" >>"$results"
     echo "round $r: $server: save $(secs "$t0" "$t1") s (server RSS $((before / 1024)) -> peak $((peak / 1024)) MB), $((size / 1000000)) MB, restore $(secs "$t2" "$t3") s (peak $((restore_rss / 1024)) MB); etcdutl status $status" >&2

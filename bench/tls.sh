@@ -9,7 +9,8 @@
 #   bench/tls.sh [--rounds N] [--quick]
 #
 # Environment: OXCD, OXBENCH, ETCD (default /opt/etcd-3.5.16/etcd, installed
-# by `REF_ETCD=3.5.16 ../shared/tools/ref-etcd`).
+# by `REF_ETCD=3.5.16 ../shared/tools/ref-etcd`); PORT (default 28379) is the
+# client port, PORT+1 the peer port.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 rounds=3 quick=0
@@ -55,7 +56,7 @@ mkdir -p "$pki"
   done
 )
 
-port=28379
+port=${PORT:-28379}
 # start NAME SCHEME: one member of NAME (oxcd|etcd) on $port
 start() {
   local bin=$OXCD tls_flags=()

@@ -148,7 +148,21 @@ fn refuse(error: &str) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// Transparent huge pages off for this process. mimalloc asks for them
+/// (madvise) on its arenas, and a 2 MiB page is resident as soon as one
+/// byte of it is touched: after 100k puts, 90 of the 138 MB resident were
+/// huge pages (14 of 30 MB idle). Without them the member kept 117 MB
+/// (17 MB idle) at the same throughput. The flag applies to pages faulted
+/// from now on, whichever call mapped them.
+fn disable_transparent_huge_pages() {
+    // SAFETY: prctl(PR_SET_THP_DISABLE) takes plain integers and touches no
+    // memory of ours; a kernel without it answers EINVAL, which changes
+    // nothing.
+    let _ = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+}
+
 fn main() -> ExitCode {
+    disable_transparent_huge_pages();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))

@@ -16,6 +16,7 @@ use raft::storage::MemStorage;
 use raft::{Config, RawNode, Ready, StateRole, Storage, INVALID_ID};
 
 use super::conf::ConfHistory;
+use super::log_storage::LogStorage;
 use super::reads::ReadRounds;
 use crate::{ConsensusError, Input, RaftStatus};
 
@@ -40,7 +41,7 @@ pub(crate) struct Restore {
 
 pub(crate) struct Core {
     id: u64,
-    raw: RawNode<MemStorage>,
+    raw: RawNode<LogStorage>,
     reads: ReadRounds,
     last_leader: u64,
     leader_changes: u64,
@@ -100,7 +101,11 @@ impl Core {
             applied,
             ..config.clone()
         };
-        let mut raw = RawNode::new(&config, log.storage, &crate::logger::raft_logger())?;
+        let mut raw = RawNode::new(
+            &config,
+            LogStorage::in_memory(log.storage),
+            &crate::logger::raft_logger(),
+        )?;
 
         // Conf changes at or below `applied` will not be handed out again;
         // replay them into raft now. Those above come back through the loop.
@@ -230,6 +235,19 @@ impl Core {
         }
     }
 
+    /// Applied entries may leave memory from now on, read back from the
+    /// segments in `wal_dir` when a follower needs them (see
+    /// `log_storage`).
+    pub(crate) fn spill_to(&mut self, wal_dir: std::path::PathBuf) {
+        self.raw.mut_store().spill_to(wal_dir);
+    }
+
+    /// Moves applied entries beyond the hot window out of memory.
+    pub(crate) fn spill_applied(&mut self) {
+        let applied = self.raw.raft.raft_log.applied;
+        self.raw.mut_store().spill_applied(applied);
+    }
+
     /// Starts a read round for waiting reads, expires one that waited too
     /// long.
     pub(crate) fn reads(&mut self, now: Instant) {
@@ -280,7 +298,7 @@ impl Core {
     pub(crate) fn install_snapshot(&mut self, snapshot: Snapshot) -> Result<(), ConsensusError> {
         let index = snapshot.get_metadata().index;
         let conf = snapshot.get_metadata().get_conf_state().clone();
-        self.raw.mut_store().wl().apply_snapshot(snapshot)?;
+        self.raw.mut_store().apply_snapshot(snapshot)?;
         self.snapshot_index = index;
         self.conf_history = ConfHistory::new(index, conf);
         Ok(())
@@ -383,7 +401,7 @@ impl Core {
     pub(crate) fn snapshot_saved(&mut self, index: u64) -> Result<(), ConsensusError> {
         let compact_to = index.saturating_sub(self.catch_up_entries);
         if compact_to > self.raw.store().first_index()? {
-            self.raw.mut_store().wl().compact(compact_to)?;
+            self.raw.mut_store().compact(compact_to)?;
             tracing::info!("compact-index" = compact_to, "compacted Raft logs");
         }
         self.snapshot_index = index;
@@ -567,7 +585,7 @@ enum ConfApplied {
 /// etcd's raft does); an entry that cannot be decoded stops the member (etcd:
 /// MustUnmarshal panics): skipping it would let members diverge.
 fn apply_conf_change_entry(
-    raw: &mut RawNode<MemStorage>,
+    raw: &mut RawNode<LogStorage>,
     entry: &Entry,
 ) -> Result<ConfApplied, ConsensusError> {
     let undecodable = |e: protobuf::ProtobufError| {

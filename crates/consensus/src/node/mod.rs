@@ -21,6 +21,7 @@ use crate::{
 mod conf;
 mod core;
 mod force_new_cluster;
+mod log_storage;
 mod reads;
 
 use self::core::{Core, Restore};
@@ -101,7 +102,7 @@ impl Node {
             wal.sync()?;
             entries.extend(forced);
         }
-        let core = Core::restore(
+        let mut core = Core::restore(
             &config,
             Restore {
                 snapshot,
@@ -117,6 +118,7 @@ impl Node {
                 read_timeout: Duration::from_secs(5) + cfg.election_timeout * 2,
             },
         )?;
+        core.spill_to(wal_dir.clone());
         // etcd's purge loops start with the member (their first round at
         // once), each only with a limit: raft took the snapshot, so what
         // precedes it may go.
@@ -226,6 +228,7 @@ impl Node {
         }
         self.core
             .applied_to(self.shared.applied.load(Ordering::Acquire));
+        self.core.spill_applied();
         self.maybe_snapshot()?;
         self.core.reads(now);
         self.handle_readies()?;

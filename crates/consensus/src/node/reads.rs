@@ -8,7 +8,9 @@
 
 use std::time::{Duration, Instant};
 
-use raft::{storage::MemStorage, RawNode, ReadState, INVALID_ID};
+use raft::{RawNode, ReadState, INVALID_ID};
+
+use super::log_storage::LogStorage;
 use tokio::sync::oneshot;
 
 use crate::ConsensusError;
@@ -54,7 +56,7 @@ impl ReadRounds {
     }
 
     /// Starts a round for the waiting reads, unless one is in flight.
-    pub(super) fn start(&mut self, raw: &mut RawNode<MemStorage>, now: Instant) {
+    pub(super) fn start(&mut self, raw: &mut RawNode<LogStorage>, now: Instant) {
         if self.pending.is_empty() || self.in_flight.is_some() {
             return;
         }
@@ -82,7 +84,7 @@ impl ReadRounds {
 
     /// Asks again for a round raft may have dropped; fails one that ran out
     /// of time.
-    pub(super) fn expire(&mut self, raw: &mut RawNode<MemStorage>, now: Instant) {
+    pub(super) fn expire(&mut self, raw: &mut RawNode<LogStorage>, now: Instant) {
         let Some(round) = &mut self.in_flight else {
             return;
         };

@@ -104,6 +104,7 @@
 //! keeps every segment. etcd purges every 30 s; here it runs whenever the
 //! count or the released set can grow (a release, a cut) and at start.
 
+mod cold;
 #[cfg(test)]
 mod fault_tests;
 mod file;
@@ -165,6 +166,7 @@ pub use ops::{FileOps, OsFileOps};
 pub use record::{
     Metadata, Record, SnapshotMarker, HEADER_LEN, MAX_RECORD_PAYLOAD, WAL_FORMAT_VERSION,
 };
+pub(crate) use cold::{read_entries, Cursor};
 use replay::{Replay, SegmentTail};
 
 use std::fs::{self, File, OpenOptions};

@@ -37,7 +37,7 @@ pub(super) struct SegmentTail {
 }
 
 /// How much of a segment is read at a time.
-const BLOCK: usize = 256 * 1024;
+pub(super) const BLOCK: usize = 256 * 1024;
 
 /// Whether `buf` holds only zero bytes, compared in blocks (memcmp) rather
 /// than byte by byte.
@@ -49,17 +49,17 @@ fn all_zero(buf: &[u8]) -> bool {
 /// A forward window over a segment file: the bytes from file offset `start`
 /// that have been read and not yet consumed. It holds at most a block beyond
 /// the longest record it was asked for.
-struct Window<'a> {
+pub(super) struct Window<'a> {
     file: &'a File,
     file_len: u64,
     /// File offset of `buf[head]`.
-    start: u64,
+    pub(super) start: u64,
     buf: Vec<u8>,
     head: usize,
 }
 
 impl<'a> Window<'a> {
-    fn new(file: &'a File, file_len: u64) -> Self {
+    pub(super) fn new(file: &'a File, file_len: u64) -> Self {
         Window {
             file,
             file_len,
@@ -70,17 +70,17 @@ impl<'a> Window<'a> {
     }
 
     /// The unconsumed bytes read so far.
-    fn data(&self) -> &[u8] {
+    pub(super) fn data(&self) -> &[u8] {
         &self.buf[self.head..]
     }
 
     /// Whether every byte of the file up to its end is in [`Self::data`].
-    fn at_eof(&self) -> bool {
+    pub(super) fn at_eof(&self) -> bool {
         self.start + self.data().len() as u64 >= self.file_len
     }
 
     /// Reads until [`Self::data`] holds `want` bytes or the file ends.
-    fn fill(&mut self, want: usize) -> io::Result<()> {
+    pub(super) fn fill(&mut self, want: usize) -> io::Result<()> {
         if self.head > 0 && self.head >= self.buf.len() / 2 {
             self.buf.drain(..self.head);
             self.head = 0;
@@ -100,7 +100,7 @@ impl<'a> Window<'a> {
         Ok(())
     }
 
-    fn consume(&mut self, n: usize) {
+    pub(super) fn consume(&mut self, n: usize) {
         self.head += n;
         self.start += n as u64;
     }

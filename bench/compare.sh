@@ -14,6 +14,7 @@
 #   --cluster N  run each server as an N-member cluster (default 1: a single
 #                member, phases A and B below; N > 1: phase C below)
 #   --keep-logs  keep the server logs and raw results (their path is printed)
+#   --keys N     phase B's key count (default 1,000,000; --quick 10,000)
 #
 # Environment: OXCD, OXBENCH, ETCD3516, ETCD35, ETCD34, ETCDCTL override the binaries;
 # PHASES (default "ab") picks the single-member phases to run, e.g. PHASES=b
@@ -59,6 +60,8 @@ while [ $# -gt 0 ]; do
     --cluster) cluster=$2; shift 2 ;;
     --cluster=*) cluster=${1#*=}; shift ;;
     --keep-logs) keep_logs=1; shift ;;
+    --keys) keys_override=$2; shift 2 ;;
+    --keys=*) keys_override=${1#*=}; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "compare.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -77,6 +80,10 @@ if [ $quick = 1 ]; then
   n_put1=1000 n_put100=10000 n_txn=5000 n_range=10000 n_watch_puts=200 n_keys=10000
 else
   n_put1=10000 n_put100=100000 n_txn=50000 n_range=100000 n_watch_puts=1000 n_keys=1000000
+fi
+if [ -n "${keys_override:-}" ]; then
+  [[ "$keys_override" =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: --keys takes a key count; got $keys_override" >&2; exit 2; }
+  n_keys=$keys_override
 fi
 port=${PORT:-27379}
 peer_port=$((port + 1))

@@ -133,7 +133,7 @@ impl Core {
         let mut core = Core {
             id: config.id,
             raw,
-            reads: ReadRounds::new(read_timeout),
+            reads: ReadRounds::new(config.id, read_timeout),
             last_leader: INVALID_ID,
             leader_changes: 0,
             snapshot_index: log.snap_index,

@@ -32,6 +32,12 @@ struct ReadRound {
 }
 
 pub(super) struct ReadRounds {
+    /// This member's ID: the first half of every round's context, which
+    /// the leader keys its pending reads by. Counters alone collide: two
+    /// followers' round 7 at the same time made the leader drop the second
+    /// as a duplicate, and its reads waited out READ_INDEX_RETRY (p99 512 ms
+    /// for linearizable reads through the followers of 5 members).
+    member: u64,
     /// Waiting for the next round.
     pending: Vec<ReadWaiter>,
     in_flight: Option<ReadRound>,
@@ -42,13 +48,22 @@ pub(super) struct ReadRounds {
 }
 
 impl ReadRounds {
-    pub(super) fn new(timeout: Duration) -> ReadRounds {
+    pub(super) fn new(member: u64, timeout: Duration) -> ReadRounds {
         ReadRounds {
+            member,
             pending: Vec::new(),
             in_flight: None,
             next_ctx: 1,
             timeout,
         }
+    }
+
+    /// A round's context: the member's ID, then the round's number.
+    fn context(&self, ctx: u64) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(16);
+        bytes.extend_from_slice(&self.member.to_be_bytes());
+        bytes.extend_from_slice(&ctx.to_be_bytes());
+        bytes
     }
 
     pub(super) fn queue(&mut self, waiter: ReadWaiter) {
@@ -73,7 +88,7 @@ impl ReadRounds {
         }
         let ctx = self.next_ctx;
         self.next_ctx += 1;
-        raw.read_index(ctx.to_be_bytes().to_vec());
+        raw.read_index(self.context(ctx));
         self.in_flight = Some(ReadRound {
             ctx,
             started: now,
@@ -89,7 +104,9 @@ impl ReadRounds {
             return;
         };
         if raw.raft.leader_id != INVALID_ID && now.duration_since(round.sent) >= READ_INDEX_RETRY {
-            raw.read_index(round.ctx.to_be_bytes().to_vec());
+            let mut context = self.member.to_be_bytes().to_vec();
+            context.extend_from_slice(&round.ctx.to_be_bytes());
+            raw.read_index(context);
             round.sent = now;
         }
         if now.duration_since(round.started) >= self.timeout {
@@ -99,10 +116,14 @@ impl ReadRounds {
 
     /// Raft's answer to a round: its waiters read at `state.index`.
     pub(super) fn on_read_state(&mut self, state: ReadState) {
-        let Ok(ctx) = <[u8; 8]>::try_from(state.request_ctx.as_slice()) else {
+        let Ok(context) = <[u8; 16]>::try_from(state.request_ctx.as_slice()) else {
             return;
         };
-        let ctx = u64::from_be_bytes(ctx);
+        let (member, ctx) = context.split_at(8);
+        if member != self.member.to_be_bytes() {
+            return;
+        }
+        let ctx = u64::from_be_bytes(ctx.try_into().expect("8 bytes"));
         if self.in_flight.as_ref().is_some_and(|r| r.ctx == ctx) {
             if let Some(round) = self.in_flight.take() {
                 for waiter in round.waiters {
@@ -137,7 +158,7 @@ mod tests {
 
     #[tokio::test]
     async fn waiting_reads_all_fail_when_the_member_stops() {
-        let mut reads = ReadRounds::new(Duration::from_secs(5));
+        let mut reads = ReadRounds::new(1, Duration::from_secs(5));
         let (tx1, rx1) = oneshot::channel();
         let (tx2, rx2) = oneshot::channel();
         reads.queue(tx1);
@@ -147,5 +168,35 @@ mod tests {
         for rx in [rx1, rx2] {
             assert!(matches!(rx.await.unwrap(), Err(ConsensusError::Stopped)));
         }
+    }
+
+    /// Two members' rounds never share a context, and a member answers
+    /// only its own rounds.
+    #[tokio::test]
+    async fn round_contexts_name_their_member() {
+        let a = ReadRounds::new(0x8e9e05c52164694d, Duration::from_secs(5));
+        let b = ReadRounds::new(0x91bc3c398fb3c146, Duration::from_secs(5));
+        assert_ne!(a.context(7), b.context(7));
+        assert_eq!(a.context(7).len(), 16);
+
+        let mut reads = ReadRounds::new(2, Duration::from_secs(5));
+        let (tx, mut rx) = oneshot::channel();
+        reads.queue(tx);
+        reads.in_flight = Some(ReadRound {
+            ctx: 1,
+            started: Instant::now(),
+            sent: Instant::now(),
+            waiters: std::mem::take(&mut reads.pending),
+        });
+        let state = |context: Vec<u8>| ReadState {
+            index: 42,
+            request_ctx: context,
+        };
+        // another member's round 1, and an old-style 8-byte context
+        reads.on_read_state(state(ReadRounds::new(3, Duration::from_secs(5)).context(1)));
+        reads.on_read_state(state(1u64.to_be_bytes().to_vec()));
+        assert!(rx.try_recv().is_err(), "answered by another member's round");
+        reads.on_read_state(state(reads.context(1)));
+        assert_eq!(rx.await.unwrap().unwrap(), 42);
     }
 }

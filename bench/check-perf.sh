@@ -25,6 +25,7 @@
 # 32379) is the client port, PORT+1 the peer port.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/bench/lib.sh"
 load=s rounds=1 duration=60 only=oxcd,etcd3516
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -39,25 +40,10 @@ done
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "check-perf.sh: --rounds takes a positive number; got $rounds" >&2; exit 2; }
 [[ "$duration" =~ ^[1-9][0-9]*$ ]] || { echo "check-perf.sh: --duration takes seconds; got $duration" >&2; exit 2; }
 ref_etcd=$root/../shared/tools/ref-etcd
-servers=()
-for s in ${only//,/ }; do
-  case "$s" in
-    oxcd) OXCD=${OXCD:-$root/target/release/oxcd}
-          [ -x "$OXCD" ] || (cd "$root" && cargo build --release -p oxcd >&2) ;;
-    etcd3516) ETCD3516=${ETCD3516:-$("$ref_etcd" --bin 3.5.16)} ;;
-    etcd35) ETCD35=${ETCD35:-$("$ref_etcd" --bin 3.5)} ;;
-    etcd34) ETCD34=${ETCD34:-/usr/bin/etcd}
-            [ -x "$ETCD34" ] || { echo "check-perf.sh: no etcd 3.4.23 at $ETCD34 (apt-get install etcd-server)" >&2; exit 1; } ;;
-    *) echo "check-perf.sh: --only takes oxcd, etcd3516, etcd35, etcd34; got $s" >&2; exit 2 ;;
-  esac
-  servers+=("$s")
-done
-[ ${#servers[@]} -gt 0 ] || { echo "check-perf.sh: no server selected" >&2; exit 2; }
+bench_select_servers check-perf.sh oxcd,etcd3516,etcd35,etcd34
+bench_server_binaries check-perf.sh
 ETCDCTL=${ETCDCTL:-$(dirname "${ETCD3516:-$("$ref_etcd" --bin 3.5.16)}")/etcdctl}
 [ -x "$ETCDCTL" ] || { echo "check-perf.sh: no etcdctl at $ETCDCTL (set ETCDCTL)" >&2; exit 1; }
-server_bin() {
-  case "$1" in oxcd) echo "$OXCD" ;; etcd3516) echo "$ETCD3516" ;; etcd35) echo "$ETCD35" ;; etcd34) echo "$ETCD34" ;; esac
-}
 port=${PORT:-32379}
 endpoint=127.0.0.1:$port peer=127.0.0.1:$((port + 1))
 

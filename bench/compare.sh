@@ -45,6 +45,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$root/bench/lib.sh"
 rounds=1
 quick=0
 only="oxcd,etcd3516"
@@ -66,14 +67,7 @@ while [ $# -gt 0 ]; do
     *) echo "compare.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-servers=()
-for s in ${only//,/ }; do
-  case "$s" in
-    oxcd|etcd3516|etcd35|etcd34) servers+=("$s") ;;
-    *) echo "compare.sh: --only takes oxcd, etcd3516, etcd35, etcd34; got $s" >&2; exit 2 ;;
-  esac
-done
-[ ${#servers[@]} -gt 0 ] || { echo "compare.sh: no server selected" >&2; exit 2; }
+bench_select_servers compare.sh oxcd,etcd3516,etcd35,etcd34
 [[ "$cluster" =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: --cluster takes a member count (1, 3, ...); got $cluster" >&2; exit 2; }
 
 if [ $quick = 1 ]; then
@@ -97,24 +91,8 @@ bench_timeout=1800   # seconds; bounds any one oxbench run so a hung server cann
 
 # --- binaries -----------------------------------------------------------------
 oxbench=${OXBENCH:-$root/target/release/oxbench}
-if [ ! -x "$oxbench" ]; then
-  echo "building oxbench..." >&2
-  (cd "$root" && cargo build --release -p bench >&2)
-fi
-for s in "${servers[@]}"; do
-  case "$s" in
-    oxcd)
-      OXCD=${OXCD:-$root/target/release/oxcd}
-      if [ ! -x "$OXCD" ]; then
-        echo "building oxcd..." >&2
-        (cd "$root" && cargo build --release -p oxcd >&2)
-      fi ;;
-    etcd3516) ETCD3516=${ETCD3516:-$("$root/../shared/tools/ref-etcd" --bin 3.5.16)} ;;
-    etcd35) ETCD35=${ETCD35:-$("$root/../shared/tools/ref-etcd" --bin 3.5)} ;;
-    etcd34) ETCD34=${ETCD34:-/usr/bin/etcd}
-            [ -x "$ETCD34" ] || { echo "compare.sh: no etcd 3.4.23 at $ETCD34 (apt-get install etcd-server)" >&2; exit 1; } ;;
-  esac
-done
+bench_build_oxbench "$oxbench"
+bench_server_binaries compare.sh
 etcdctl=""
 if [ "$cluster" -gt 1 ]; then   # only to find the leader (Maintenance.Status)
   etcdctl=${ETCDCTL:-$(dirname "$("$root/../shared/tools/ref-etcd" --bin 3.5.16 2>/dev/null || echo /nonexistent/x)")/etcdctl}
@@ -145,10 +123,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-server_bin() {
-  case "$1" in oxcd) echo "$OXCD" ;; etcd3516) echo "$ETCD3516" ;; etcd35) echo "$ETCD35" ;; etcd34) echo "$ETCD34" ;; esac
-}
 
 # start_server NAME DATA_DIR LOG: same flags for every server.
 start_server() {
@@ -242,7 +216,6 @@ json_field() {  # json_field KEY < one JSON object
   python3 -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])[sys.argv[1]])' "$1"
 }
 
-record() { echo "$1 $2 $3" >>"$results"; }  # SERVER METRIC VALUE
 
 # bench SERVER NAME OXBENCH-ARGS...: run one workload, record req/s and p99 (ms).
 # Against $bench_endpoints (a comma-separated list; default the single member).

@@ -21,6 +21,7 @@
 # 23790) is the client port, PORT+1 the peer port.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/bench/lib.sh"
 keys=200000 val_size=1024 rate=500 seconds=12 rounds=1 only=oxcd,etcd3516
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -39,26 +40,11 @@ for v in keys val_size rate seconds rounds; do
 done
 ref_etcd=$root/../shared/tools/ref-etcd
 oxbench=${OXBENCH:-$root/target/release/oxbench}
-[ -x "$oxbench" ] || (cd "$root" && cargo build --release -p bench >&2)
-servers=()
-for s in ${only//,/ }; do
-  case "$s" in
-    oxcd) OXCD=${OXCD:-$root/target/release/oxcd}
-          [ -x "$OXCD" ] || (cd "$root" && cargo build --release -p oxcd >&2) ;;
-    etcd3516) ETCD3516=${ETCD3516:-$("$ref_etcd" --bin 3.5.16)} ;;
-    etcd35) ETCD35=${ETCD35:-$("$ref_etcd" --bin 3.5)} ;;
-    etcd34) ETCD34=${ETCD34:-/usr/bin/etcd}
-            [ -x "$ETCD34" ] || { echo "defrag-latency.sh: no etcd 3.4.23 at $ETCD34 (apt-get install etcd-server)" >&2; exit 1; } ;;
-    *) echo "defrag-latency.sh: --only takes oxcd, etcd3516, etcd35, etcd34; got $s" >&2; exit 2 ;;
-  esac
-  servers+=("$s")
-done
-[ ${#servers[@]} -gt 0 ] || { echo "defrag-latency.sh: no server selected" >&2; exit 2; }
+bench_build_oxbench "$oxbench"
+bench_select_servers defrag-latency.sh oxcd,etcd3516,etcd35,etcd34
+bench_server_binaries defrag-latency.sh
 ETCDCTL=${ETCDCTL:-$(dirname "${ETCD3516:-$("$ref_etcd" --bin 3.5.16)}")/etcdctl}
 [ -x "$ETCDCTL" ] || { echo "defrag-latency.sh: no etcdctl at $ETCDCTL (set ETCDCTL)" >&2; exit 1; }
-server_bin() {
-  case "$1" in oxcd) echo "$OXCD" ;; etcd3516) echo "$ETCD3516" ;; etcd35) echo "$ETCD35" ;; etcd34) echo "$ETCD34" ;; esac
-}
 port=${PORT:-23790}
 endpoint=127.0.0.1:$port peer=127.0.0.1:$((port + 1))
 work=$(mktemp -d /tmp/oxdefrag.XXXXXX)

@@ -46,6 +46,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$root/bench/lib.sh"
 rounds=1
 quick=0
 members_list="3,5"
@@ -82,14 +83,7 @@ if [ $quick = 1 ]; then
   [ $members_given = 1 ] || members_list=3
   [ $kills_given = 1 ] || kills=1
 fi
-servers=()
-for s in ${only//,/ }; do
-  case "$s" in
-    oxcd|etcd3516|etcd35) servers+=("$s") ;;
-    *) echo "failover.sh: --only takes oxcd, etcd3516, etcd35; got $s" >&2; exit 2 ;;
-  esac
-done
-[ ${#servers[@]} -gt 0 ] || { echo "failover.sh: no server selected" >&2; exit 2; }
+bench_select_servers failover.sh oxcd,etcd3516,etcd35
 sizes=()
 for m in ${members_list//,/ }; do
   [[ "$m" =~ ^[1-9][0-9]*$ ]] && [ "$m" -ge 3 ] || { echo "failover.sh: --members takes sizes of 3 or more; got $m" >&2; exit 2; }
@@ -104,30 +98,11 @@ settle=2   # seconds of steady writes before each kill
 
 # --- binaries -----------------------------------------------------------------
 OXBENCH=${OXBENCH:-$root/target/release/oxbench}
-if [ ! -x "$OXBENCH" ]; then
-  echo "building oxbench..." >&2
-  (cd "$root" && cargo build --release -p bench >&2)
-fi
-ETCD3516=${ETCD3516:-/opt/etcd-3.5.16/etcd}
-[ -x "$ETCD3516" ] || ETCD3516=$("$root/../shared/tools/ref-etcd" --bin 3.5.16)
-for s in "${servers[@]}"; do
-  case "$s" in
-    oxcd)
-      OXCD=${OXCD:-$root/target/release/oxcd}
-      if [ ! -x "$OXCD" ]; then
-        echo "building oxcd..." >&2
-        (cd "$root" && cargo build --release -p oxcd >&2)
-      fi ;;
-    etcd35)
-      ETCD35=${ETCD35:-/opt/etcd-3.5.1/etcd}
-      [ -x "$ETCD35" ] || ETCD35=$("$root/../shared/tools/ref-etcd" --bin 3.5) ;;
-  esac
-done
+bench_build_oxbench "$OXBENCH"
+ETCD3516=${ETCD3516:-$("$root/../shared/tools/ref-etcd" --bin 3.5.16)}   # its etcdctl too
+bench_server_binaries failover.sh
 ETCDCTL=${ETCDCTL:-$(dirname "$ETCD3516")/etcdctl}
 [ -x "$ETCDCTL" ] || { echo "failover.sh: no etcdctl at $ETCDCTL (set ETCDCTL)" >&2; exit 1; }
-server_bin() {
-  case "$1" in oxcd) echo "$OXCD" ;; etcd3516) echo "$ETCD3516" ;; etcd35) echo "$ETCD35" ;; esac
-}
 
 # --- bookkeeping ----------------------------------------------------------------
 work=$(mktemp -d /tmp/oxfailover.XXXXXX)
@@ -136,13 +111,6 @@ results=$work/results
 failures=0
 pids=()          # per member index of the current cluster: its process (empty once stopped)
 writer_pid=""
-alive_pids() {
-  local p
-  for p in "${pids[@]}"; do
-    [ -n "$p" ] && kill -0 "$p" 2>/dev/null && echo "$p"
-  done
-  return 0
-}
 stop_writer() {
   [ -n "$writer_pid" ] || return 0
   kill -TERM "$writer_pid" 2>/dev/null || true
@@ -172,11 +140,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-client_ep() { echo "127.0.0.1:$((port + 2 * $1))"; }
-peer_url() { echo "http://127.0.0.1:$((port + 2 * $1 + 1))"; }
-listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-record() { echo "$1 $2 $3" >>"$results"; }  # SERVER METRIC VALUE
 
 # fail DIR MESSAGE: loudly, with the tail of every member's log in DIR.
 fail() {

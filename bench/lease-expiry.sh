@@ -18,6 +18,7 @@
 # 23790) is the client port, PORT+1 the peer port.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/bench/lib.sh"
 leases=10000 ttl=5 put_rate=200 rounds=1 only=oxcd,etcd3516
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -35,24 +36,9 @@ for v in leases ttl put_rate rounds; do
 done
 ref_etcd=$root/../shared/tools/ref-etcd
 oxbench=${OXBENCH:-$root/target/release/oxbench}
-[ -x "$oxbench" ] || (cd "$root" && cargo build --release -p bench >&2)
-servers=()
-for s in ${only//,/ }; do
-  case "$s" in
-    oxcd) OXCD=${OXCD:-$root/target/release/oxcd}
-          [ -x "$OXCD" ] || (cd "$root" && cargo build --release -p oxcd >&2) ;;
-    etcd3516) ETCD3516=${ETCD3516:-$("$ref_etcd" --bin 3.5.16)} ;;
-    etcd35) ETCD35=${ETCD35:-$("$ref_etcd" --bin 3.5)} ;;
-    etcd34) ETCD34=${ETCD34:-/usr/bin/etcd}
-            [ -x "$ETCD34" ] || { echo "lease-expiry.sh: no etcd 3.4.23 at $ETCD34 (apt-get install etcd-server)" >&2; exit 1; } ;;
-    *) echo "lease-expiry.sh: --only takes oxcd, etcd3516, etcd35, etcd34; got $s" >&2; exit 2 ;;
-  esac
-  servers+=("$s")
-done
-[ ${#servers[@]} -gt 0 ] || { echo "lease-expiry.sh: no server selected" >&2; exit 2; }
-server_bin() {
-  case "$1" in oxcd) echo "$OXCD" ;; etcd3516) echo "$ETCD3516" ;; etcd35) echo "$ETCD35" ;; etcd34) echo "$ETCD34" ;; esac
-}
+bench_build_oxbench "$oxbench"
+bench_select_servers lease-expiry.sh oxcd,etcd3516,etcd35,etcd34
+bench_server_binaries lease-expiry.sh
 port=${PORT:-23790}
 endpoint=127.0.0.1:$port peer=127.0.0.1:$((port + 1))
 work=$(mktemp -d /tmp/oxlease.XXXXXX)

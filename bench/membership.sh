@@ -54,6 +54,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$root/bench/lib.sh"
 rounds=1
 quick=0
 keys=100000
@@ -149,13 +150,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-alive_pids() {
-  local p
-  for p in "${pids[@]}"; do
-    [ -n "$p" ] && kill -0 "$p" 2>/dev/null && echo "$p"
-  done
-  return 0
-}
 # stop_all: every member started and not yet stopped, kill -9: each cluster
 # is thrown away after its scenario, and with SIGTERM etcd's leader spent ~7 s
 # handing leadership to members that were stopping too.
@@ -169,12 +163,8 @@ stop_all() {
   pids=()
 }
 
-client_ep() { echo "127.0.0.1:$((port + 2 * $1))"; }
-peer_url() { echo "http://127.0.0.1:$((port + 2 * $1 + 1))"; }
-listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 now() { echo "$EPOCHREALTIME"; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", b - a}'; }
-record() { echo "$1 $2 $3" >>"$results"; }  # SERVER METRIC VALUE
 ctl() {  # ctl ENDPOINTS ARGS...: etcdctl, the client for both servers
   local eps=$1; shift
   ETCDCTL_API=3 "$ETCDCTL" --endpoints "$eps" --dial-timeout 2s --command-timeout 5s "$@"

@@ -10,7 +10,7 @@
 # A bench/*.sh with no entry below fails the run too: give a new script its
 # tiny arguments and the rows it must fill in entry().
 #
-#   bench/smoke.sh [SCRIPT ...]     (default: every bench/*.sh but this one)
+#   bench/smoke.sh [SCRIPT ...]     (default: every bench/*.sh but this one and lib.sh)
 #
 # Environment: OXCD, OXBENCH, OXCTL (default target/debug/{oxcd,oxbench,oxctl},
 # as `cargo test --workspace` leaves them; oxbench is built with `cargo build
@@ -136,7 +136,7 @@ EOF
 scripts=("$@")
 if [ ${#scripts[@]} -eq 0 ]; then
   for f in bench/*.sh; do
-    [ "$(basename "$f")" = smoke.sh ] || scripts+=("$(basename "$f")")
+    case "$(basename "$f")" in smoke.sh|lib.sh) ;; *) scripts+=("$(basename "$f")") ;; esac
   done
 fi
 work=$(mktemp -d /tmp/oxsmoke.XXXXXX)

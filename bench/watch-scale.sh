@@ -45,6 +45,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$root/bench/lib.sh"
 rounds=1
 quick=0
 only="oxcd,etcd3516"
@@ -70,14 +71,7 @@ while [ $# -gt 0 ]; do
     *) echo "watch-scale.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-servers=()
-for s in ${only//,/ }; do
-  case "$s" in
-    oxcd|etcd3516|etcd35) servers+=("$s") ;;
-    *) echo "watch-scale.sh: --only takes oxcd, etcd3516, etcd35; got $s" >&2; exit 2 ;;
-  esac
-done
-[ ${#servers[@]} -gt 0 ] || { echo "watch-scale.sh: no server selected" >&2; exit 2; }
+bench_select_servers watch-scale.sh oxcd,etcd3516,etcd35
 if [ $quick = 1 ]; then
   streams=${streams:-100} puts=${puts:-20} put_rate=${put_rate:-10}
 else
@@ -95,29 +89,8 @@ bench_timeout=1800   # seconds; bounds one oxbench run so a hung server cannot h
 
 # --- binaries -----------------------------------------------------------------
 OXBENCH=${OXBENCH:-$root/target/release/oxbench}
-if [ ! -x "$OXBENCH" ]; then
-  echo "building oxbench..." >&2
-  (cd "$root" && cargo build --release -p bench >&2)
-fi
-for s in "${servers[@]}"; do
-  case "$s" in
-    oxcd)
-      OXCD=${OXCD:-$root/target/release/oxcd}
-      if [ ! -x "$OXCD" ]; then
-        echo "building oxcd..." >&2
-        (cd "$root" && cargo build --release -p oxcd >&2)
-      fi ;;
-    etcd3516)
-      ETCD3516=${ETCD3516:-/opt/etcd-3.5.16/etcd}
-      [ -x "$ETCD3516" ] || ETCD3516=$("$root/../shared/tools/ref-etcd" --bin 3.5.16) ;;
-    etcd35)
-      ETCD35=${ETCD35:-/opt/etcd-3.5.1/etcd}
-      [ -x "$ETCD35" ] || ETCD35=$("$root/../shared/tools/ref-etcd" --bin 3.5) ;;
-  esac
-done
-server_bin() {
-  case "$1" in oxcd) echo "$OXCD" ;; etcd3516) echo "$ETCD3516" ;; etcd35) echo "$ETCD35" ;; esac
-}
+bench_build_oxbench "$OXBENCH"
+bench_server_binaries watch-scale.sh
 clk_tck=$(getconf CLK_TCK)
 
 # --- bookkeeping ----------------------------------------------------------------
@@ -163,7 +136,6 @@ stop_server() {
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$server_pid/stat" 2>/dev/null || echo 0; }
 status_mb() { awk -v f="$1:" '$1 == f {printf "%.1f", $2 / 1024}' "/proc/$server_pid/status" 2>/dev/null || echo n/a; }
 ticks_s() { awk -v a="$1" -v b="$2" -v t="$clk_tck" 'BEGIN {printf "%.2f", (b - a) / t}'; }
-record() { echo "$1 $2 $3" >>"$results"; }  # SERVER METRIC VALUE
 
 run_server() {
   local s=$1 dir=$work/$1-r$2

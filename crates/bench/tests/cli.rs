@@ -11,12 +11,24 @@ fn oxbench() -> Command {
 
 #[test]
 fn help_lists_every_workload_the_bench_scripts_use() {
-    let out = oxbench().arg("--help").output().expect("run oxbench --help");
+    let out = oxbench()
+        .arg("--help")
+        .output()
+        .expect("run oxbench --help");
     assert!(out.status.success(), "oxbench --help: {out:?}");
     let help = String::from_utf8_lossy(&out.stdout);
-    for workload in ["put", "range", "txn-put", "watch-latency", "lease-expire", "failover", "health"] {
+    for workload in [
+        "put",
+        "range",
+        "txn-put",
+        "watch-latency",
+        "lease-expire",
+        "failover",
+        "health",
+    ] {
         assert!(
-            help.lines().any(|l| l.trim_start().starts_with(&format!("{workload} "))),
+            help.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{workload} "))),
             "oxbench --help does not list {workload}:\n{help}"
         );
     }
@@ -29,10 +41,21 @@ fn help_lists_every_workload_the_bench_scripts_use() {
 fn health_fails_within_its_timeout_when_nothing_listens() {
     let started = Instant::now();
     let out = oxbench()
-        .args(["--endpoints", "127.0.0.1:1", "--dial-timeout", "200ms", "health", "--timeout", "500ms"])
+        .args([
+            "--endpoints",
+            "127.0.0.1:1",
+            "--dial-timeout",
+            "200ms",
+            "health",
+            "--timeout",
+            "500ms",
+        ])
         .output()
         .expect("run oxbench health");
-    assert!(!out.status.success(), "oxbench health succeeded with nothing listening: {out:?}");
+    assert!(
+        !out.status.success(),
+        "oxbench health succeeded with nothing listening: {out:?}"
+    );
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "oxbench health took {:?}",

@@ -172,9 +172,9 @@ pub enum MvccError {
 #[cfg(test)]
 mod checksum_tests;
 #[cfg(test)]
-mod test_util;
-#[cfg(test)]
 mod key_index_memory_tests;
+#[cfg(test)]
+mod test_util;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -161,8 +161,28 @@ fn disable_transparent_huge_pages() {
     let _ = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
 }
 
+/// mimalloc's `mi_option_purge_delay` (mimalloc.h, v3: the 16th option).
+const MI_OPTION_PURGE_DELAY: std::os::raw::c_int = 15;
+
+extern "C" {
+    // mimalloc's C API, linked with the allocator (the Rust binding
+    // declares it only under its `extended` feature).
+    fn mi_option_set(option: std::os::raw::c_int, value: std::os::raw::c_long);
+}
+
+/// Freed memory goes back to the kernel at once. mimalloc's default waits
+/// 1 s and purges only when the same thread allocates again, so memory a
+/// start freed on a thread that then idles stayed resident: after a restart
+/// at 100k keys, 88 MB instead of 44. Same put rate with 1 and 100 clients.
+fn purge_freed_memory_at_once() {
+    // SAFETY: mimalloc's option setter takes plain integers; the option
+    // index is checked against its default in the test below.
+    unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, 0) }
+}
+
 fn main() -> ExitCode {
     disable_transparent_huge_pages();
+    purge_freed_memory_at_once();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
@@ -306,4 +326,26 @@ fn main() -> ExitCode {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    extern "C" {
+        fn mi_option_get(option: std::os::raw::c_int) -> std::os::raw::c_long;
+    }
+
+    /// The option index is mimalloc's purge delay: its default is v3's
+    /// 1000 ms (no other option defaults to that), and it takes 0.
+    #[test]
+    fn the_purge_delay_option_is_the_one_set() {
+        // SAFETY: as in purge_freed_memory_at_once.
+        let default = unsafe { mi_option_get(MI_OPTION_PURGE_DELAY) };
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+            assert_eq!(default, 1000);
+        }
+        purge_freed_memory_at_once();
+        assert_eq!(unsafe { mi_option_get(MI_OPTION_PURGE_DELAY) }, 0);
+    }
 }

@@ -159,6 +159,7 @@ fn replay_dir(dir: &Path, index: u64) -> Result<Replayed, WalError> {
 #[cfg(test)]
 mod tests;
 
+pub(crate) use cold::{read_entries, Cursor};
 pub use file::free_bytes;
 pub(crate) use file::sync_dir;
 use file::{preallocate_what_fits, write_new_segment};
@@ -166,7 +167,6 @@ pub use ops::{FileOps, OsFileOps};
 pub use record::{
     Metadata, Record, SnapshotMarker, HEADER_LEN, MAX_RECORD_PAYLOAD, WAL_FORMAT_VERSION,
 };
-pub(crate) use cold::{read_entries, Cursor};
 use replay::{Replay, SegmentTail};
 
 use std::fs::{self, File, OpenOptions};

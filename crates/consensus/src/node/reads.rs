@@ -60,10 +60,7 @@ impl ReadRounds {
 
     /// A round's context: the member's ID, then the round's number.
     fn context(&self, ctx: u64) -> Vec<u8> {
-        let mut bytes = Vec::with_capacity(16);
-        bytes.extend_from_slice(&self.member.to_be_bytes());
-        bytes.extend_from_slice(&ctx.to_be_bytes());
-        bytes
+        round_context(self.member, ctx)
     }
 
     pub(super) fn queue(&mut self, waiter: ReadWaiter) {
@@ -104,9 +101,7 @@ impl ReadRounds {
             return;
         };
         if raw.raft.leader_id != INVALID_ID && now.duration_since(round.sent) >= READ_INDEX_RETRY {
-            let mut context = self.member.to_be_bytes().to_vec();
-            context.extend_from_slice(&round.ctx.to_be_bytes());
-            raw.read_index(context);
+            raw.read_index(round_context(self.member, round.ctx));
             round.sent = now;
         }
         if now.duration_since(round.started) >= self.timeout {
@@ -150,6 +145,14 @@ impl ReadRounds {
             let _ = waiter.send(Err(error()));
         }
     }
+}
+
+/// The context of `member`'s round `ctx`: its ID, then the number.
+fn round_context(member: u64, ctx: u64) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(16);
+    bytes.extend_from_slice(&member.to_be_bytes());
+    bytes.extend_from_slice(&ctx.to_be_bytes());
+    bytes
 }
 
 #[cfg(test)]

@@ -94,6 +94,17 @@ entry() {
       args=(--streams 10 --watchers-per-stream 10 --puts 20 --put-rate 10)
       rows=("creating every watcher" "events delivered per second" "slowest put (the writer)"
         "VmRSS, idle" "VmRSS, every watcher open") ;;
+    large-db.sh)
+      args=(--size 4M --val-size 4096 --rate 100 --timeout 120)
+      rows=("load (two passes, 100 clients)" "load, puts/s" "db size after the load"
+        "data dir after the load (du)" "VmRSS after the load" "restart to healthy"
+        "stop (SIGTERM -> exit)" "VmRSS after the restart" "compaction of half the revisions"
+        "db size after it" "db size in use after it"
+        "put p99 during the compaction" "put slowest during the compaction"
+        "range p99 during the compaction" "range slowest during the compaction"
+        "defrag" "db size after the defrag" "put p99 during the defrag" "put slowest during the defrag"
+        "range p99 during the defrag" "range slowest during the defrag"
+        "snapshot save" "snapshot file" "new member: start -> caught up" "new member VmRSS, caught up") ;;
     failover.sh)
       args=(--quick --members 3 --timeout 60)
       rows=("3 members: kill -9 leader -> first acknowledged put"

@@ -53,10 +53,8 @@
 #   --no-catch-up    skip step 6 (the disk holds one copy less)
 #   --timeout SECS   deadline of any one step: a load pass, the restart, an
 #                    etcdctl call, the catch-up (default 3600)
-#   --quota BYTES    --quota-backend-bytes of every member (default SIZE x 3
-#                    when that is at most 8 GiB, else -1, no quota: oxcd caps
-#                    a quota above 8 GiB at 8 GiB, where etcd 3.5.16 only
-#                    warns and keeps it)
+#   --quota BYTES    --quota-backend-bytes of every member (default SIZE x 3;
+#                    above 8 GiB both etcd 3.5.16 and oxcd warn and keep it)
 #   --disk-factor F  refuse to start unless the work dir's file system has F x
 #                    SIZE free (default 5; 2 with --no-catch-up); while it
 #                    runs, a member is killed when less than 2 GiB is left
@@ -106,7 +104,6 @@ keys=$((size / (2 * val_size)))
 [ "$keys" -ge 100 ] || { echo "large-db.sh: --size $size_arg holds only $keys keys of $val_size B (100 at least)" >&2; exit 2; }
 if [ -z "$quota" ]; then
   quota=$((size * 3))
-  [ "$quota" -le $((8 * 1024 * 1024 * 1024)) ] || quota=-1
 fi
 [[ "$quota" =~ ^-?[0-9]+$ ]] || { echo "large-db.sh: --quota takes bytes; got $quota" >&2; exit 2; }
 [ -n "$disk_factor" ] || { [ $catch_up = 1 ] && disk_factor=5 || disk_factor=2; }

@@ -19,8 +19,54 @@ use prost::Message;
 const LEASE_OVERHEAD: i64 = 64;
 /// etcd's estimate of a key's metadata cost (quota.go kvOverhead).
 const KV_OVERHEAD: i64 = 256;
-/// etcd caps the quota here and warns (MaxQuotaBytes: 8 GiB).
+/// etcd's suggested maximum quota (MaxQuotaBytes: 8 GiB): above it etcd
+/// only warns, and keeps the quota asked for.
 pub const MAX_QUOTA_BYTES: i64 = 8 * 1024 * 1024 * 1024;
+/// etcd's DefaultQuotaBytes, the quota of a flag of 0.
+pub const DEFAULT_QUOTA_BYTES: i64 = 2 * 1024 * 1024 * 1024;
+/// The name etcd's first quota logs under (its applier's, created first).
+const QUOTA_NAME: &str = "v3-applier";
+
+/// etcd's NewBackendQuota on --quota-backend-bytes: 0 is the default
+/// (2 GiB), negative disables the quota (0 here), anything else is kept,
+/// with a warning above [`MAX_QUOTA_BYTES`]; logged with etcd's lines.
+pub fn backend_quota(flag: i64) -> i64 {
+    let humanize = |bytes: i64| mvcc::snapshot_file::humanize_bytes(bytes.unsigned_abs());
+    if flag < 0 {
+        tracing::info!(
+            "quota-name" = QUOTA_NAME,
+            "quota-size-bytes" = flag,
+            "disabled backend quota"
+        );
+        return 0;
+    }
+    if flag == 0 {
+        tracing::info!(
+            "quota-name" = QUOTA_NAME,
+            "quota-size-bytes" = DEFAULT_QUOTA_BYTES,
+            "quota-size" = %humanize(DEFAULT_QUOTA_BYTES),
+            "enabled backend quota with default value"
+        );
+        return DEFAULT_QUOTA_BYTES;
+    }
+    if flag > MAX_QUOTA_BYTES {
+        tracing::warn!(
+            "quota-name" = QUOTA_NAME,
+            "quota-size-bytes" = flag,
+            "quota-size" = %humanize(flag),
+            "quota-maximum-size-bytes" = MAX_QUOTA_BYTES,
+            "quota-maximum-size" = %humanize(MAX_QUOTA_BYTES),
+            "quota exceeds the maximum value"
+        );
+    }
+    tracing::info!(
+        "quota-name" = QUOTA_NAME,
+        "quota-size-bytes" = flag,
+        "quota-size" = %humanize(flag),
+        "enabled backend quota"
+    );
+    flag
+}
 
 /// The apply-side restriction the raised alarms impose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -183,6 +229,24 @@ mod tests {
         assert_ne!(
             schema::alarms::record_key(7, AlarmType::Nospace as i32),
             schema::alarms::record_key(7, AlarmType::Corrupt as i32)
+        );
+    }
+
+    #[test]
+    fn a_quota_above_etcds_suggested_maximum_is_kept_as_etcd_keeps_it() {
+        let sixteen_gib = 16 * 1024 * 1024 * 1024;
+        assert_eq!(backend_quota(sixteen_gib), sixteen_gib);
+        assert_eq!(backend_quota(MAX_QUOTA_BYTES + 1), MAX_QUOTA_BYTES + 1);
+        assert_eq!(backend_quota(MAX_QUOTA_BYTES), MAX_QUOTA_BYTES);
+        assert_eq!(backend_quota(0), DEFAULT_QUOTA_BYTES);
+        assert_eq!(backend_quota(-1), 0, "negative disables the quota");
+        assert_eq!(
+            mvcc::snapshot_file::humanize_bytes(sixteen_gib as u64),
+            "17 GB"
+        );
+        assert_eq!(
+            mvcc::snapshot_file::humanize_bytes(MAX_QUOTA_BYTES as u64),
+            "8.6 GB"
         );
     }
 

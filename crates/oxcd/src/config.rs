@@ -137,7 +137,7 @@ pub fn config_from(flags: &Flags) -> Result<Config, String> {
         election_timeout: Duration::from_millis(flags.uint("election-timeout")),
         max_request_bytes: usize::try_from(flags.uint("max-request-bytes")).unwrap_or(usize::MAX),
         max_txn_ops: usize::try_from(flags.uint("max-txn-ops")).unwrap_or(usize::MAX),
-        quota_backend_bytes: quota_backend_bytes(flags.int("quota-backend-bytes")),
+        quota_backend_bytes: etcdserver::alarms::backend_quota(flags.int("quota-backend-bytes")),
         snapshot_catch_up_entries: flags.uint("experimental-snapshot-catchup-entries").max(1),
         max_concurrent_streams: match flags.uint("max-concurrent-streams") {
             n if n >= u64::from(u32::MAX) => None,
@@ -457,24 +457,6 @@ fn go_duration_string(nanos: i64) -> String {
     }
 }
 
-/// etcd's quota rules: 0 is the default (2 GiB), negative disables the
-/// quota, and anything above 8 GiB is capped there with a warning.
-fn quota_backend_bytes(flag: i64) -> i64 {
-    match flag {
-        0 => ServerConfig::default().quota_backend_bytes,
-        q if q < 0 => 0,
-        q if q > etcdserver::alarms::MAX_QUOTA_BYTES => {
-            tracing::warn!(
-                "quota-size-bytes" = q,
-                "quota-maximum-size-bytes" = etcdserver::alarms::MAX_QUOTA_BYTES,
-                "quota exceeds the maximum value"
-            );
-            etcdserver::alarms::MAX_QUOTA_BYTES
-        }
-        q => q,
-    }
-}
-
 /// A path flag; empty is none.
 fn path(value: &str) -> Option<PathBuf> {
     (!value.is_empty()).then(|| PathBuf::from(value))
@@ -612,6 +594,18 @@ mod tests {
         let cfg = config(&["--name", "m1"]).unwrap().server;
         assert_eq!(cfg.data_dir, PathBuf::from("m1.oxcd"));
         assert_eq!(cfg.initial_cluster, "m1=http://localhost:2380");
+    }
+
+    #[test]
+    fn a_quota_above_8_gib_reaches_the_member_uncapped() {
+        let cfg = config(&["--quota-backend-bytes", "17179869184"])
+            .unwrap()
+            .server;
+        assert_eq!(cfg.quota_backend_bytes, 17_179_869_184);
+        let cfg = config(&["--quota-backend-bytes", "-1"]).unwrap().server;
+        assert_eq!(cfg.quota_backend_bytes, 0, "disabled");
+        let cfg = config(&[]).unwrap().server;
+        assert_eq!(cfg.quota_backend_bytes, 2 * 1024 * 1024 * 1024);
     }
 
     #[test]

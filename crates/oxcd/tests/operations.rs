@@ -22,6 +22,36 @@ fn status_json(endpoint: &str) -> serde_json::Value {
 }
 
 #[test]
+fn a_quota_above_8_gib_is_kept_with_etcds_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = ["--quota-backend-bytes", "17179869184"];
+    let oxcd = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &flags);
+    let warning = oxcd
+        .wait_for_log("quota exceeds the maximum value", Duration::from_secs(10))
+        .expect("etcd's warning");
+    for field in [
+        r#""level":"warn""#,
+        r#""quota-name":"v3-applier""#,
+        r#""quota-size-bytes":17179869184"#,
+        r#""quota-size":"17 GB""#,
+        r#""quota-maximum-size-bytes":8589934592"#,
+        r#""quota-maximum-size":"8.6 GB""#,
+    ] {
+        assert!(warning.contains(field), "{field} not in {warning}");
+    }
+    let metrics = testkit::http::get(oxcd.host_port(), "/metrics")
+        .unwrap()
+        .body;
+    let quota = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("etcd_server_quota_backend_bytes "))
+        .and_then(|v| v.parse::<f64>().ok());
+    assert_eq!(quota, Some(17_179_869_184.0), "{metrics}");
+    let (ok, out) = etcdctl(oxcd.host_port(), &["put", "k", "v"], None);
+    assert!(ok, "{out}");
+}
+
+#[test]
 fn quota_exhaustion_and_the_recovery_runbook_with_etcdctl() {
     let dir = tempfile::tempdir().unwrap();
     let quota = (8 * 1024 * 1024).to_string();

@@ -482,6 +482,49 @@ pub(crate) struct Batch<'a> {
     pub durable: bool,
 }
 
+/// What a commit tells of the file's bytes in use: counted (every page
+/// walked), or the last figure changed by the bytes the batch wrote and
+/// removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum InUse {
+    Counted(i64),
+    Changed(i64),
+}
+
+impl From<i64> for InUse {
+    fn from(counted: i64) -> InUse {
+        InUse::Counted(counted)
+    }
+}
+
+/// The file's bytes in use ([`crate::Store::db_size_in_use`]): counted when
+/// counting is cheap enough (open, defragmentation, a durable or
+/// compaction commit), and kept up to date in between by every commit's
+/// own writes and removals, so that a member loaded without a durable
+/// commit does not report the fresh file's few pages.
+#[derive(Debug)]
+pub(crate) struct InUseBytes(std::sync::atomic::AtomicI64);
+
+impl InUseBytes {
+    pub(crate) fn new(counted: i64) -> InUseBytes {
+        InUseBytes(std::sync::atomic::AtomicI64::new(counted))
+    }
+
+    /// Takes a count, or applies a commit's change.
+    pub(crate) fn store(&self, in_use: impl Into<InUse>, order: std::sync::atomic::Ordering) {
+        match in_use.into() {
+            InUse::Counted(bytes) => self.0.store(bytes, order),
+            InUse::Changed(delta) => {
+                self.0.fetch_add(delta, order);
+            }
+        }
+    }
+
+    pub(crate) fn load(&self, order: std::sync::atomic::Ordering) -> i64 {
+        self.0.load(order)
+    }
+}
+
 /// Bytes of allocated pages as a write transaction sees them. Walks every
 /// page of the file: see [`commit_batch`].
 pub(crate) fn size_in_use(txn: &redb::WriteTransaction) -> Result<i64, MvccError> {
@@ -517,11 +560,19 @@ fn load_side_from(
 }
 
 /// Writes the batch with its consistent index in one transaction. Returns the
-/// bytes the file has in use afterwards when the batch is durable or carries
-/// a compaction, None otherwise: redb counts them by walking every page of
-/// every table, which costs as much as reading the whole file (through the
-/// page cache, evicting the hot pages), so not on every batch.
-pub(crate) fn commit_batch(db: &Database, batch: &Batch<'_>) -> Result<Option<i64>, MvccError> {
+/// bytes the file has in use afterwards, counted when the batch is durable
+/// or carries a compaction (less what the batch removed: the count comes
+/// before the commit frees it); otherwise the change of the bytes the batch
+/// wrote less those it removed (keys and values; the pages' own overhead
+/// is counted at the next count): redb counts pages by walking every page
+/// of every table, which costs as much as reading the whole file (through
+/// the page cache, evicting the hot pages), so not on every batch.
+pub(crate) fn commit_batch(db: &Database, batch: &Batch<'_>) -> Result<Option<InUse>, MvccError> {
+    let (mut written, mut removed) = (0i64, 0i64);
+    let mut count = |added: usize, old: Option<usize>| {
+        written += added as i64;
+        removed += old.unwrap_or(0) as i64;
+    };
     let mut txn = db.begin_write().map_err(backend_error)?;
     txn.set_durability(if batch.durable {
         Durability::Immediate
@@ -539,14 +590,20 @@ pub(crate) fn commit_batch(db: &Database, batch: &Batch<'_>) -> Result<Option<i6
                 unseal(value).is_ok(),
                 "the record of revision {revision:?} is sealed"
             );
-            table
+            let replaced = table
                 .insert(key.as_slice(), &value[..])
-                .map_err(backend_error)?;
+                .map_err(backend_error)?
+                .map(|old| key.as_slice().len() + old.value().len());
+            count(key.as_slice().len() + value.len(), replaced);
         }
         // After the inserts: a record compacted while still pending is written
         // and removed in the same transaction.
         for key in batch.deletions {
-            table.remove(key.as_slice()).map_err(backend_error)?;
+            let removed = table
+                .remove(key.as_slice())
+                .map_err(backend_error)?
+                .map(|old| key.as_slice().len() + old.value().len());
+            count(0, removed);
         }
         let mut meta = txn.open_table(META_TABLE).map_err(backend_error)?;
         meta.insert(
@@ -561,10 +618,15 @@ pub(crate) fn commit_batch(db: &Database, batch: &Batch<'_>) -> Result<Option<i6
             }
             let mut table = txn.open_table(side.definition()).map_err(backend_error)?;
             for ((_, id), record) in changes {
-                match record {
-                    Some(bytes) => table.insert(*id, &bytes[..]).map_err(backend_error)?,
-                    None => table.remove(*id).map_err(backend_error)?,
+                let id_len = std::mem::size_of::<u64>();
+                let (added, old) = match record {
+                    Some(bytes) => (
+                        id_len + bytes.len(),
+                        table.insert(*id, &bytes[..]).map_err(backend_error)?,
+                    ),
+                    None => (0, table.remove(*id).map_err(backend_error)?),
                 };
+                count(added, old.map(|old| id_len + old.value().len()));
             }
         }
         if let Some(revision) = batch.compact_revision {
@@ -575,12 +637,13 @@ pub(crate) fn commit_batch(db: &Database, batch: &Batch<'_>) -> Result<Option<i6
         }
     }
     let in_use = if batch.durable || batch.compact_revision.is_some() {
-        Some(size_in_use(&txn)?)
+        // counted before the commit frees what the batch removed
+        InUse::Counted(size_in_use(&txn)? - removed)
     } else {
-        None
+        InUse::Changed(written - removed)
     };
     txn.commit().map_err(backend_error)?;
-    Ok(in_use)
+    Ok(Some(in_use))
 }
 
 #[cfg(test)]

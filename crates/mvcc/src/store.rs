@@ -62,7 +62,7 @@ pub struct Store {
     pub(crate) writer: Mutex<()>,
     pub(crate) consistent_index: AtomicU64,
     pub(crate) durable_consistent_index: AtomicU64,
-    pub(crate) size_in_use: AtomicI64,
+    pub(crate) size_in_use: backend::InUseBytes,
     /// The file's size, read after every commit, defragmentation and
     /// install (the only times it changes), so that asking for it (the
     /// quota check before every write) costs no system call.
@@ -132,7 +132,7 @@ impl Store {
             writer: Mutex::new(()),
             consistent_index: AtomicU64::new(loaded.consistent_index),
             durable_consistent_index: AtomicU64::new(loaded.consistent_index),
-            size_in_use: AtomicI64::new(size),
+            size_in_use: backend::InUseBytes::new(size),
             file_size: AtomicI64::new(size),
             commit_observer: std::sync::OnceLock::new(),
             compaction_observer: std::sync::OnceLock::new(),
@@ -528,8 +528,9 @@ impl Store {
     }
 
     /// Bytes of allocated pages as of the last durable commit, compaction
-    /// commit or defragmentation (the file size before any of them after
-    /// open): counting them walks the whole file, too costly for every batch.
+    /// commit or defragmentation (counting them walks the whole file, too
+    /// costly for every batch), changed since by the bytes each later
+    /// commit wrote and removed (see [`backend::InUseBytes`]).
     pub fn db_size_in_use(&self) -> i64 {
         self.size_in_use.load(Ordering::Relaxed)
     }

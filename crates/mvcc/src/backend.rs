@@ -497,11 +497,11 @@ impl From<i64> for InUse {
     }
 }
 
-/// The file's bytes in use ([`crate::Store::db_size_in_use`]): counted when
-/// counting is cheap enough (open, defragmentation, a durable or
-/// compaction commit), and kept up to date in between by every commit's
-/// own writes and removals, so that a member loaded without a durable
-/// commit does not report the fresh file's few pages.
+/// The file's bytes in use ([`crate::Store::db_size_in_use`]): counted at
+/// open, defragmentation and a compaction's commit, and kept up to date in
+/// between by every other commit's own writes and removals, so that a
+/// member loaded without a compaction does not report the fresh file's few
+/// pages.
 #[derive(Debug)]
 pub(crate) struct InUseBytes(std::sync::atomic::AtomicI64);
 
@@ -560,13 +560,14 @@ fn load_side_from(
 }
 
 /// Writes the batch with its consistent index in one transaction. Returns the
-/// bytes the file has in use afterwards, counted when the batch is durable
-/// or carries a compaction (less what the batch removed: the count comes
-/// before the commit frees it); otherwise the change of the bytes the batch
-/// wrote less those it removed (keys and values; the pages' own overhead
-/// is counted at the next count): redb counts pages by walking every page
-/// of every table, which costs as much as reading the whole file (through
-/// the page cache, evicting the hot pages), so not on every batch.
+/// bytes the file has in use afterwards, counted when the batch carries a
+/// compaction (less what the batch removed: the count comes before the
+/// commit frees it); otherwise the change of the bytes the batch wrote less
+/// those it removed (keys and values; the pages' own overhead is counted at
+/// the next count): redb counts pages by walking every page of every table,
+/// which costs as much as reading the whole file (through the page cache,
+/// evicting the hot pages), so not on every batch, nor on a durable one
+/// (the last commit of a stopping member: 30k preads, 0.7 s at 285 MB).
 pub(crate) fn commit_batch(db: &Database, batch: &Batch<'_>) -> Result<Option<InUse>, MvccError> {
     let (mut written, mut removed) = (0i64, 0i64);
     let mut count = |added: usize, old: Option<usize>| {
@@ -636,7 +637,7 @@ pub(crate) fn commit_batch(db: &Database, batch: &Batch<'_>) -> Result<Option<In
                 .map_err(backend_error)?;
         }
     }
-    let in_use = if batch.durable || batch.compact_revision.is_some() {
+    let in_use = if batch.compact_revision.is_some() {
         // counted before the commit frees what the batch removed
         InUse::Counted(size_in_use(&txn)? - removed)
     } else {
@@ -651,6 +652,37 @@ mod tests {
     use super::*;
     use api::mvccpb::KeyValue;
     use prost::Message;
+
+    #[test]
+    fn a_durable_commit_changes_the_in_use_figure_without_counting_pages() {
+        // The last commit of a stopping member is durable: counting its
+        // pages there read the whole file (30k preads, 0.7 s at 285 MB).
+        let dir = tempfile::tempdir().unwrap();
+        let db = create_private(&builder(), &dir.path().join("db")).unwrap();
+        let value = seal(vec![7; 8000]);
+        let records = BTreeMap::from([(Revision::new(2, 0), (false, value.clone()))]);
+        let side = BTreeMap::new();
+        let batch = |durable| Batch {
+            records: &records,
+            deletions: &[],
+            consistent_index: 5,
+            compact_revision: None,
+            side: &side,
+            durable,
+        };
+        let key_len = RevisionKey::new(Revision::new(2, 0), false)
+            .as_slice()
+            .len() as i64;
+        assert_eq!(
+            commit_batch(&db, &batch(true)).unwrap(),
+            Some(InUse::Changed(key_len + value.len() as i64))
+        );
+        assert_eq!(
+            commit_batch(&db, &batch(false)).unwrap(),
+            Some(InUse::Changed(0)),
+            "the same record again: replaced, nothing more in use"
+        );
+    }
 
     #[test]
     fn scan_key_value_matches_prost_decoding() {

@@ -527,10 +527,10 @@ impl Store {
         }
     }
 
-    /// Bytes of allocated pages as of the last durable commit, compaction
-    /// commit or defragmentation (counting them walks the whole file, too
-    /// costly for every batch), changed since by the bytes each later
-    /// commit wrote and removed (see [`backend::InUseBytes`]).
+    /// Bytes of allocated pages as of open, the last compaction commit or
+    /// defragmentation (counting them walks the whole file, too costly for
+    /// every batch), changed since by the bytes each later commit wrote and
+    /// removed (see [`backend::InUseBytes`]).
     pub fn db_size_in_use(&self) -> i64 {
         self.size_in_use.load(Ordering::Relaxed)
     }

@@ -544,6 +544,12 @@ async fn open_backend(cfg: &ServerConfig, metrics: &Metrics) -> Result<Backend, 
         .map_err(|e| StartError::Config(format!("backend open task failed: {e}")))??
     };
     let store = Arc::new(store);
+    store
+        .start_compactor(cfg.compaction_batches)
+        .map_err(|e| StartError::Config(format!("cannot start the compactor thread: {e}")))?;
+    store
+        .start_flusher(mvcc::FLUSH_INTERVAL)
+        .map_err(|e| StartError::Config(format!("cannot start the backend flush thread: {e}")))?;
     store.set_commit_observer(metrics.backend_commit_observer());
     store.set_compaction_observer(metrics.compaction.clone());
     let lessor = Arc::new(Lessor::new(

@@ -1,5 +1,6 @@
 //! The member's configuration, as etcd's embed.Config names it.
 
+pub use mvcc::CompactionBatches;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -45,6 +46,9 @@ pub struct ServerConfig {
     pub max_wals: usize,
     /// `--backend-batch-interval` and `--backend-batch-limit`.
     pub backend_batch: crate::apply::BackendBatch,
+    /// `--experimental-compaction-batch-limit` and
+    /// `--experimental-compaction-sleep-interval`.
+    pub compaction_batches: mvcc::CompactionBatches,
     pub heartbeat: Duration,
     pub election_timeout: Duration,
     pub max_request_bytes: usize,
@@ -205,6 +209,7 @@ impl Default for ServerConfig {
             dedicated_wal_dir: None,
             max_wals: 5,
             backend_batch: crate::apply::BackendBatch::default(),
+            compaction_batches: mvcc::CompactionBatches::default(),
             heartbeat: Duration::from_millis(100),
             election_timeout: Duration::from_millis(1000),
             max_request_bytes: 1536 * 1024,

@@ -252,6 +252,24 @@ impl EtcdServer {
         result
     }
 
+    /// A physical Compact's wait (etcd's `<-physc` and ForceCommit): until
+    /// the compaction at `revision` has deleted its records from the file
+    /// (its batches run on the store's compactor), and then a durable
+    /// commit, so that a crash does not resume it.
+    pub async fn wait_compaction_physical(&self, revision: i64) -> Result<(), EtcdError> {
+        while self.store.finished_compact_revision() < revision {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let store = self.store.clone();
+        match tokio::task::spawn_blocking(move || store.commit(true)).await {
+            // a defragmentation defers it: the commit after the swap
+            // carries it to the new file
+            Ok(Ok(())) | Ok(Err(mvcc::MvccError::Deferred)) => Ok(()),
+            Ok(Err(e)) => Err(errors::from_mvcc(&e)),
+            Err(_) => Err(rpctypes::STOPPED),
+        }
+    }
+
     /// Waits until this member has applied everything committed when the
     /// read began, as confirmed by a quorum (ReadIndex, ReadOnlySafe).
     pub async fn linearizable_read_notify(&self) -> Result<(), EtcdError> {

@@ -178,13 +178,18 @@ impl Store {
 
     fn hash_source(&self, revision: i64) -> Result<HashSource, MvccError> {
         let upper = RevisionKey::new(Revision::new(revision + 1, 0), false);
+        // Records a compaction dropped count as deleted, whether or not its
+        // batches have reached them (taken before the pending lock, as in
+        // watch_sync).
+        let backlog = self.backlog_dropped_from(Revision::new(0, 0));
         let pending = self.pending.read();
         let overlay: Vec<(RevisionKey, Bytes)> = pending
             .records
             .range(..upper.revision())
             .map(|(r, (tombstone, v))| (RevisionKey::new(*r, *tombstone), v.clone()))
             .collect();
-        let deleted: HashSet<RevisionKey> = pending.deletions.iter().copied().collect();
+        let mut deleted = backlog;
+        deleted.extend(pending.deletions.iter().copied());
         // Begun under the pending lock: whatever redb lacks is in `overlay`.
         let txn = self.db().begin_read().map_err(backend_error)?;
         let table = txn.open_table(KEY_TABLE).map_err(backend_error)?;

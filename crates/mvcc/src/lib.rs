@@ -109,8 +109,10 @@
 //!   higher, or 1. Uncommitted writes are lost: the WAL replays them.
 
 mod backend;
+mod compaction;
 mod defrag;
 pub mod etcd_backend;
+mod flush;
 mod hash;
 pub mod key_index;
 mod range;
@@ -136,7 +138,9 @@ macro_rules! fail_point {
 pub(crate) use fail_point;
 
 pub use backend::{scan_key_value, KeyValueFields, SideTable};
+pub use compaction::CompactionBatches;
 pub use defrag::DefragStats;
+pub use flush::FLUSH_INTERVAL;
 pub use hash::KvHash;
 pub use revision::{Revision, RevisionKey};
 pub use stats::{CompactionObserver, OpCounts};

@@ -145,10 +145,25 @@ impl Store {
             self.watch.signal.wake();
         }
         *self.loaded_leased_keys.lock() = loaded.leased_keys;
+        // The received file's own compaction state replaces ours: batches
+        // of a compaction here are moot, and one the sender had not
+        // finished resumes (its records are still in the file).
+        self.compaction_backlog.lock().jobs.clear();
         *self.pending.write() = Pending {
             consistent_index: loaded.consistent_index,
             ..Pending::default()
         };
+        self.finished_compact.store(
+            loaded.compact_revision.max(NO_COMPACTION),
+            Ordering::Release,
+        );
+        if let Some(revision) = loaded.scheduled_compact_revision {
+            self.compact_locked_hashing(revision, false)?;
+            tracing::info!(
+                "scheduled-compact-revision" = revision,
+                "resume scheduled compaction"
+            );
+        }
         self.consistent_index
             .store(loaded.consistent_index, Ordering::Release);
         self.durable_consistent_index

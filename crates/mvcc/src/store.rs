@@ -40,7 +40,11 @@ pub(crate) struct Pending {
     pub records: BTreeMap<Revision, (bool, Bytes)>,
     /// Records dropped by compaction, deleted at the next commit.
     pub deletions: Vec<RevisionKey>,
+    /// A compaction to record as scheduled (etcd's scheduledCompactRev).
     pub compact_revision: Option<i64>,
+    /// A compaction whose last deletions are in `deletions`
+    /// (finishedCompactRev).
+    pub finished_compact_revision: Option<i64>,
     /// Side-table records changed since the last commit (None: removed).
     pub side: BTreeMap<(SideTable, u64), Option<Vec<u8>>>,
     pub consistent_index: u64,
@@ -77,7 +81,7 @@ pub struct Store {
     commit_observer: std::sync::OnceLock<CommitObserver>,
     compaction_observer: std::sync::OnceLock<Arc<dyn crate::CompactionObserver>>,
     /// When the compaction whose deletions the next commit carries began.
-    compacting_since: Mutex<Option<std::time::Instant>>,
+    pub(crate) compacting_since: Mutex<Option<std::time::Instant>>,
     /// Read transactions open on the file (range reads, hashes, watch
     /// catch-up).
     pub(crate) open_reads: crate::stats::OpenReads,
@@ -92,6 +96,13 @@ pub struct Store {
     /// HashKV at each of the last compactions' revisions, computed as it
     /// stood before the compaction (etcd's hashStorage; see `hash`).
     pub(crate) compaction_hashes: Arc<crate::hash::CompactionHashes>,
+    /// Compactions whose records are still being deleted (lock order:
+    /// writer, then this, then pending).
+    pub(crate) compaction_backlog: Mutex<crate::compaction::Backlog>,
+    /// The finished compaction revision in the file.
+    pub(crate) finished_compact: AtomicI64,
+    /// A batch commit wrote pages not yet fsynced (see `flush`).
+    pub(crate) unflushed: AtomicBool,
 }
 
 /// Receives the duration of every backend commit that wrote something
@@ -119,6 +130,9 @@ impl Store {
             defragmenting: AtomicBool::new(false),
             defrag_lock: Mutex::new(()),
             compaction_hashes: Arc::default(),
+            compaction_backlog: Mutex::default(),
+            finished_compact: AtomicI64::new(compact_revision),
+            unflushed: AtomicBool::new(false),
             path: path.to_path_buf(),
             state: RwLock::new(IndexState {
                 tree: loaded.index,
@@ -342,7 +356,11 @@ impl Store {
     /// [`Store::compact_locked`]; `hash` false skips etcd's compaction
     /// hash, as etcd skips it when the previous compaction was interrupted
     /// (a resumed one: etcd-io/etcd#15919).
-    fn compact_locked_hashing(&self, revision: i64, hash: bool) -> Result<(), MvccError> {
+    pub(crate) fn compact_locked_hashing(
+        &self,
+        revision: i64,
+        hash: bool,
+    ) -> Result<(), MvccError> {
         // The file as it stands before the compaction (the caller holds the
         // writer lock: nothing changes it meanwhile), for etcd's
         // compaction hash, hashed off this thread.
@@ -353,6 +371,7 @@ impl Store {
         };
         let pending_hash =
             before.and_then(|previous| crate::hash::before_compaction(self, revision, previous));
+        let since = std::time::Instant::now();
         let dropped = {
             let mut state = self.state.write();
             if revision <= state.compact_revision {
@@ -362,9 +381,6 @@ impl Store {
                 return Err(MvccError::FutureRev);
             }
             state.compact_revision = revision;
-            self.compacting_since
-                .lock()
-                .get_or_insert_with(std::time::Instant::now);
             let started = std::time::Instant::now();
             let dropped = state.tree.compact(revision);
             tracing::info!(revision, "compact tree index");
@@ -380,14 +396,14 @@ impl Store {
         }
         {
             let mut pending = self.pending.write();
-            pending.deletions.extend(
-                dropped
-                    .into_iter()
-                    .map(|(revision, tombstone)| RevisionKey::new(revision, tombstone)),
-            );
             pending.compact_revision = Some(revision);
             pending.dirty = true;
         }
+        let dropped = dropped
+            .into_iter()
+            .map(|(revision, tombstone)| RevisionKey::new(revision, tombstone))
+            .collect();
+        self.schedule_deletions(revision, dropped, since);
         Ok(())
     }
 
@@ -411,17 +427,22 @@ impl Store {
             && pending.records.is_empty()
             && pending.deletions.is_empty()
             && pending.compact_revision.is_none()
+            && pending.finished_compact_revision.is_none()
             && pending.side.is_empty();
         if nothing_pending && (!durable || self.durable_consistent_index() == consistent_index) {
             return Ok(());
         }
-        // etcd commits a compaction's scheduled revision and its deletions
-        // on their own; here both go in the next batch's one transaction,
-        // so etcd's two pairs of compaction failpoints fire around it.
-        let compacts = pending.compact_revision.is_some();
-        let compact_revision = pending.compact_revision;
-        if compacts {
+        // etcd commits a compaction's scheduled revision on its own, then
+        // its deletions in batches; here each goes with whatever else is
+        // pending, and etcd's failpoints fire around the commit that
+        // carries it.
+        let schedules = pending.compact_revision.is_some();
+        let deletes = !pending.deletions.is_empty() || pending.finished_compact_revision.is_some();
+        let finished_revision = pending.finished_compact_revision;
+        if schedules {
             crate::fail_point!("compactBeforeCommitScheduledCompact");
+        }
+        if deletes {
             crate::fail_point!("compactBeforeCommitBatch");
         }
         crate::fail_point!("beforeCommit");
@@ -433,14 +454,18 @@ impl Store {
                 deletions: &pending.deletions,
                 consistent_index,
                 compact_revision: pending.compact_revision,
+                finished_compact_revision: pending.finished_compact_revision,
                 side: &pending.side,
                 durable,
             },
         )?;
+        // a durable commit wrote everything back; a batch leaves it to the
+        // flusher
+        self.unflushed.store(!durable, Ordering::Release);
         if let Some(observer) = self.commit_observer.get() {
             observer(started.elapsed());
         }
-        let compacted_since = if compacts {
+        let compacted_since = if finished_revision.is_some() {
             let since = self.compacting_since.lock().take();
             if let (Some(observer), Some(since)) = (self.compaction_observer.get(), since) {
                 observer.db_compacted(started.elapsed(), since.elapsed());
@@ -450,8 +475,10 @@ impl Store {
             None
         };
         crate::fail_point!("afterCommit");
-        if compacts {
+        if schedules {
             crate::fail_point!("compactAfterCommitScheduledCompact");
+        }
+        if deletes {
             crate::fail_point!("compactAfterCommitBatch");
         }
         // Overlay entries go only after redb has them (see the crate doc).
@@ -459,6 +486,7 @@ impl Store {
         pending.records.clear();
         pending.deletions.clear();
         pending.compact_revision = None;
+        pending.finished_compact_revision = None;
         pending.side.clear();
         pending.dirty = false;
         drop(pending);
@@ -470,7 +498,10 @@ impl Store {
             self.durable_consistent_index
                 .store(consistent_index, Ordering::Release);
         }
-        if let (Some(revision), Some(since)) = (compact_revision, compacted_since) {
+        if let Some(revision) = finished_revision {
+            self.finished_compact.fetch_max(revision, Ordering::AcqRel);
+        }
+        if let (Some(revision), Some(since)) = (finished_revision, compacted_since) {
             let (size, in_use) = (self.db_size().max(0), self.db_size_in_use().max(0));
             // etcd's line; its compaction hash is logged as "storing new hash"
             tracing::info!(

@@ -259,6 +259,9 @@ impl Store {
         let _open = self.open_reads.open();
         let lower = Revision::new(from, 0);
         let upper = Revision::new(to + 1, 0);
+        // Before the pending lock: a batch leaving the backlog meanwhile is
+        // in this set already (see `compaction`).
+        let backlog = self.backlog_dropped_from(lower);
         let (overlay, deleted, table) = {
             let pending = self.pending.read();
             let overlay: Vec<(Revision, bool, Bytes)> = pending
@@ -271,6 +274,7 @@ impl Store {
                 .iter()
                 .map(|k| k.revision())
                 .filter(|r| *r >= lower)
+                .chain(backlog.iter().map(|k| k.revision()))
                 .collect();
             // Begun under the pending lock: whatever redb lacks is in `overlay`.
             let txn = self.db().begin_read().map_err(backend_error)?;

@@ -133,6 +133,21 @@ pub fn config_from(flags: &Flags) -> Result<Config, String> {
             flags.duration("backend-batch-interval"),
             usize::try_from(flags.int("backend-batch-limit").max(0)).unwrap_or(usize::MAX),
         ),
+        // etcd's NewStore: 0 (either) is its default; a negative limit
+        // ranges without a limit, one batch
+        compaction_batches: {
+            let default = etcdserver::config::CompactionBatches::default();
+            etcdserver::config::CompactionBatches {
+                limit: match flags.int("experimental-compaction-batch-limit") {
+                    0 => default.limit,
+                    n => usize::try_from(n).unwrap_or(usize::MAX),
+                },
+                sleep: match flags.duration("experimental-compaction-sleep-interval") {
+                    d if d.is_zero() => default.sleep,
+                    d => d,
+                },
+            }
+        },
         heartbeat: Duration::from_millis(flags.uint("heartbeat-interval")),
         election_timeout: Duration::from_millis(flags.uint("election-timeout")),
         max_request_bytes: usize::try_from(flags.uint("max-request-bytes")).unwrap_or(usize::MAX),

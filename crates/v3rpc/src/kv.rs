@@ -118,7 +118,11 @@ impl Kv for KvService {
         // carries its user like any other.
         let user = user_of(&self.server, &request).await?;
         let req = request.into_inner();
+        let (revision, physical) = (req.revision, req.physical);
         let mut resp = self.server.propose_as(user.as_ref(), req).await?;
+        if physical {
+            self.server.wait_compaction_physical(revision).await?;
+        }
         self.server.fill_header(&mut resp.header);
         Ok(Response::new(resp))
     }

@@ -1,0 +1,400 @@
+//! A compaction's deletions, in batches off the request path.
+//!
+//! Compacting drops revisions from the key index at once (reads below the
+//! compact revision fail from then on), records etcd's
+//! `scheduledCompactRev` with the next commit, and leaves the dropped
+//! records in the file. Without a compactor ([`Store::start_compactor`]:
+//! tools that open a store offline, unit tests) the next commit deletes
+//! them all and records `finishedCompactRev` in the same transaction. With
+//! one (a serving member), a thread of its own deletes them as etcd's
+//! scheduleCompaction does: at most `limit` records per commit
+//! (`--experimental-compaction-batch-limit`), each commit under the writer
+//! lock, a pause (`--experimental-compaction-sleep-interval`) between two,
+//! and `finishedCompactRev` with the last batch. Writes and reads go on
+//! between the batches; one transaction deleting half of an 8 GiB file
+//! would stall every write for seconds.
+//!
+//! A member stopped mid-way resumes at its next start: the file's
+//! scheduled revision is above its finished one ([`Store::open`]).
+//! Compactions run in the order they were applied, each finished before
+//! the next one's deletions start.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use crate::revision::{Revision, RevisionKey};
+use crate::store::Store;
+use crate::MvccError;
+
+/// etcd's defaults: `--experimental-compaction-batch-limit` 1000 and
+/// `--experimental-compaction-sleep-interval` 10ms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompactionBatches {
+    /// Records deleted per commit (0 is taken as 1).
+    pub limit: usize,
+    /// Pause between two commits.
+    pub sleep: Duration,
+}
+
+impl Default for CompactionBatches {
+    fn default() -> Self {
+        CompactionBatches {
+            limit: 1000,
+            sleep: Duration::from_millis(10),
+        }
+    }
+}
+
+/// How long one batch should hold the writer lock: every write waits for
+/// it. Large values make a deletion cost far more than etcd's 1000 per
+/// batch assume (a 1000-record batch of 8 KiB values: ~40 ms here).
+const BATCH_HOLD_TARGET: Duration = Duration::from_millis(5);
+
+/// The compactor's batch size: at most the configured limit, halved after
+/// a batch that held the writer lock past [`BATCH_HOLD_TARGET`], doubled
+/// back after one well within it.
+struct BatchSize {
+    limit: usize,
+    current: usize,
+}
+
+impl BatchSize {
+    const MIN: usize = 16;
+
+    fn new(limit: usize) -> BatchSize {
+        let limit = limit.max(1);
+        BatchSize {
+            limit,
+            current: limit,
+        }
+    }
+
+    fn next(&self) -> usize {
+        self.current
+    }
+
+    fn took(&mut self, held: Duration) {
+        if held > BATCH_HOLD_TARGET {
+            self.current = (self.current / 2).max(Self::MIN.min(self.limit));
+        } else if held < BATCH_HOLD_TARGET / 2 {
+            self.current = self.current.saturating_mul(2).min(self.limit);
+        }
+    }
+}
+
+/// One compaction whose records are not all deleted yet.
+pub(crate) struct Job {
+    pub revision: i64,
+    /// What the key index dropped, in revision order.
+    pub dropped: Vec<RevisionKey>,
+    /// How many of `dropped` have gone to a commit.
+    pub next: usize,
+    pub since: Instant,
+}
+
+/// The compactions waiting for their deletions, oldest first, and the
+/// compactor thread's wake-up (None: no compactor, commits delete at once).
+#[derive(Default)]
+pub(crate) struct Backlog {
+    pub jobs: VecDeque<Job>,
+    pub wake: Option<std::sync::mpsc::Sender<()>>,
+}
+
+impl Backlog {
+    /// The revisions at or above `lower` still in the file but dropped,
+    /// which readers of history must skip as they skip pending deletions.
+    pub fn dropped_from(&self, lower: Revision) -> impl Iterator<Item = RevisionKey> + '_ {
+        self.jobs.iter().flat_map(move |job| {
+            let rest = &job.dropped[job.next..];
+            let from = rest.partition_point(|k| k.revision() < lower);
+            rest[from..].iter().copied()
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+}
+
+impl Store {
+    /// Hands a compaction's dropped records to the compactor, or, without
+    /// one, to the next commit with the finished mark. The caller holds the
+    /// writer lock and has recorded the scheduled revision.
+    pub(crate) fn schedule_deletions(
+        &self,
+        revision: i64,
+        dropped: Vec<RevisionKey>,
+        since: Instant,
+    ) {
+        let mut backlog = self.compaction_backlog.lock();
+        if backlog.wake.is_none() {
+            let mut pending = self.pending.write();
+            pending.deletions.extend(dropped);
+            pending.finished_compact_revision = Some(revision);
+            pending.dirty = true;
+            self.compacting_since.lock().get_or_insert(since);
+            return;
+        }
+        let mut dropped = dropped;
+        dropped.sort_unstable_by_key(|k| k.revision());
+        backlog.jobs.push_back(Job {
+            revision,
+            dropped,
+            next: 0,
+            since,
+        });
+        if let Some(wake) = &backlog.wake {
+            let _ = wake.send(());
+        }
+    }
+
+    /// Starts the thread that deletes compacted records in batches (see
+    /// the module doc); it ends when the store is dropped.
+    pub fn start_compactor(self: &Arc<Self>, batches: CompactionBatches) -> std::io::Result<()> {
+        let (wake, woken) = std::sync::mpsc::channel::<()>();
+        let store: Weak<Store> = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("compactor".into())
+            .spawn(move || {
+                let mut size = BatchSize::new(batches.limit);
+                // Each wake-up is one job at least; the loop drains them all.
+                while woken.recv().is_ok() {
+                    loop {
+                        let Some(store) = store.upgrade() else { return };
+                        let started = Instant::now();
+                        let more = store.delete_compacted_batch(size.next());
+                        size.took(started.elapsed());
+                        match more {
+                            Ok(true) => {}
+                            Ok(false) => break,
+                            Err(e) => {
+                                // the apply side's commits fail the same way
+                                // and halt the member; a restart resumes
+                                tracing::warn!(error = %e, "compaction batch failed");
+                                return;
+                            }
+                        }
+                        drop(store);
+                        std::thread::sleep(batches.sleep);
+                    }
+                }
+            })?;
+        self.compaction_backlog.lock().wake = Some(wake);
+        Ok(())
+    }
+
+    /// Deletes the next `limit` records of the oldest compaction in one
+    /// commit (with the finished mark when they are its last). Ok(true)
+    /// while deletions remain. A commit deferred by a defragmentation
+    /// keeps the batch pending for the commit after the swap.
+    pub(crate) fn delete_compacted_batch(&self, limit: usize) -> Result<bool, MvccError> {
+        let _writer = self.writer.lock();
+        {
+            let mut backlog = self.compaction_backlog.lock();
+            let Some(job) = backlog.jobs.front_mut() else {
+                return Ok(false);
+            };
+            let end = (job.next + limit.max(1)).min(job.dropped.len());
+            let finished = end == job.dropped.len();
+            let mut pending = self.pending.write();
+            pending
+                .deletions
+                .extend_from_slice(&job.dropped[job.next..end]);
+            job.next = end;
+            if finished {
+                pending.finished_compact_revision = Some(job.revision);
+                *self.compacting_since.lock() = Some(job.since);
+                backlog.jobs.pop_front();
+            }
+            pending.dirty = true;
+        }
+        match self.commit_locked(false) {
+            Ok(()) | Err(MvccError::Deferred) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(!self.compaction_backlog.lock().is_empty())
+    }
+
+    /// The last compaction whose records are all deleted from the file
+    /// (etcd's finishedCompactRev; 0 if none).
+    pub fn finished_compact_revision(&self) -> i64 {
+        self.finished_compact.load(Ordering::Acquire).max(0)
+    }
+
+    /// Revisions dropped but not yet deleted, at or above `lower`.
+    pub(crate) fn backlog_dropped_from(&self, lower: Revision) -> HashSet<RevisionKey> {
+        self.compaction_backlog.lock().dropped_from(lower).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use redb::{ReadableDatabase, ReadableTableMetadata};
+
+    use super::CompactionBatches;
+    use crate::backend::{self, KEY_TABLE};
+    use crate::test_util::put_at;
+    use crate::Store;
+
+    /// Records in the file (committed ones only).
+    fn records_in_file(store: &Store) -> u64 {
+        let txn = store.db().begin_read().unwrap();
+        txn.open_table(KEY_TABLE).unwrap().len().unwrap()
+    }
+
+    /// (scheduled and not finished, finished) compact revisions as the
+    /// file has them.
+    fn marks(store: &Store) -> (Option<i64>, i64) {
+        let loaded = backend::load(&store.db()).unwrap();
+        (loaded.scheduled_compact_revision, loaded.compact_revision)
+    }
+
+    /// 10 keys written twice (revisions 2..=21), committed.
+    fn loaded(path: &std::path::Path) -> Arc<Store> {
+        let store = Arc::new(Store::open(path).unwrap());
+        for round in 0..2u64 {
+            for k in 0..10u64 {
+                put_at(
+                    &store,
+                    1 + round * 10 + k,
+                    &format!("k{k}"),
+                    [round as u8; 8],
+                    0,
+                );
+            }
+        }
+        store.commit(true).unwrap();
+        store
+    }
+
+    fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_compactor_deletes_in_batches_and_marks_the_compaction_finished_with_the_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = loaded(&dir.path().join("db"));
+        store
+            .start_compactor(CompactionBatches {
+                limit: 3,
+                sleep: Duration::from_millis(1),
+            })
+            .unwrap();
+        assert_eq!(records_in_file(&store), 20);
+        let hash_before = store.hash_kv(0).unwrap();
+        store.compact(21, 21).unwrap();
+        // Reads below the compact revision fail at once, and the hash does
+        // not depend on how far the batches have got.
+        assert_eq!(store.compact_revision(), 21);
+        assert_eq!(store.hash_kv(0).unwrap().0, {
+            let other = tempfile::tempdir().unwrap();
+            let reference = loaded(&other.path().join("db"));
+            reference.compact(21, 21).unwrap();
+            reference.commit(true).unwrap();
+            reference.hash_kv(0).unwrap().0
+        });
+        assert_ne!(hash_before.1, 21);
+        wait_for("the compaction to finish", || {
+            store.finished_compact_revision() == 21
+        });
+        assert_eq!(records_in_file(&store), 10);
+        assert_eq!(marks(&store), (None, 21));
+        // writes went on meanwhile and still do
+        put_at(&store, 30, "k0", b"after", 0);
+        store.commit(true).unwrap();
+        assert_eq!(records_in_file(&store), 11);
+    }
+
+    #[test]
+    fn a_compaction_stopped_between_batches_resumes_at_the_next_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let store = loaded(&path);
+        store
+            .start_compactor(CompactionBatches {
+                limit: 4,
+                sleep: Duration::from_secs(3600),
+            })
+            .unwrap();
+        store.compact(21, 21).unwrap();
+        // the first batch goes at once, then the compactor sleeps
+        wait_for("the first batch", || records_in_file(&store) == 16);
+        store.commit(true).unwrap();
+        assert_eq!(marks(&store), (Some(21), -1));
+        assert_eq!(store.finished_compact_revision(), 0);
+        drop(store);
+        let reopened = Store::open(&path).unwrap();
+        assert_eq!(records_in_file(&reopened), 10);
+        assert_eq!(marks(&reopened), (None, 21));
+        assert_eq!(reopened.compact_revision(), 21);
+        assert_eq!(reopened.finished_compact_revision(), 21);
+    }
+
+    #[test]
+    fn without_a_compactor_the_next_commit_deletes_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = loaded(&dir.path().join("db"));
+        store.compact(21, 21).unwrap();
+        assert_eq!(store.finished_compact_revision(), 0);
+        store.commit(false).unwrap();
+        assert_eq!(store.finished_compact_revision(), 21);
+        assert_eq!(records_in_file(&store), 10);
+        assert_eq!(marks(&store), (None, 21));
+    }
+
+    #[test]
+    fn batches_shrink_when_they_hold_the_writer_too_long_and_grow_back() {
+        let mut size = super::BatchSize::new(1000);
+        assert_eq!(size.next(), 1000);
+        size.took(Duration::from_millis(40));
+        assert_eq!(size.next(), 500);
+        for _ in 0..10 {
+            size.took(Duration::from_millis(40));
+        }
+        assert_eq!(size.next(), 16, "never below 16");
+        size.took(Duration::from_millis(4));
+        assert_eq!(size.next(), 16, "within the target: unchanged");
+        for _ in 0..10 {
+            size.took(Duration::from_millis(1));
+        }
+        assert_eq!(size.next(), 1000, "never above the limit");
+        let mut small = super::BatchSize::new(4);
+        small.took(Duration::from_secs(1));
+        assert_eq!(small.next(), 4, "a limit below 16 is the floor");
+        assert_eq!(super::BatchSize::new(0).next(), 1);
+    }
+
+    #[test]
+    fn compactions_finish_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = loaded(&dir.path().join("db"));
+        store
+            .start_compactor(CompactionBatches {
+                limit: 1,
+                sleep: Duration::from_millis(1),
+            })
+            .unwrap();
+        store.compact(8, 8).unwrap();
+        store.compact(21, 21).unwrap();
+        let mut seen = Vec::new();
+        wait_for("both compactions", || {
+            let finished = store.finished_compact_revision();
+            if seen.last() != Some(&finished) {
+                seen.push(finished);
+            }
+            finished == 21
+        });
+        assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+        assert_eq!(records_in_file(&store), 10);
+    }
+}

@@ -1,0 +1,82 @@
+//! Writes the file's dirty pages back between durable commits.
+//!
+//! Batches commit to redb without an fsync (`--backend-batch-interval`);
+//! only a durable commit (a raft snapshot's, a physical compaction's, a
+//! stopping member's) fsyncs, under the writer lock, and it must then write
+//! back everything the batches left in the page cache since the last one:
+//! after loading 500 MB that took a second, and every write waited for it.
+//! etcd's bbolt fsyncs every batch and never piles that up. Here a thread
+//! fsyncs the file through a descriptor of its own every interval while
+//! batches have written to it, holding no lock: the durable commit finds
+//! little left to write.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use crate::store::Store;
+
+/// How often the flusher looks for written batches.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
+
+impl Store {
+    /// Starts the flusher thread (see the module doc); it ends when the
+    /// store is dropped.
+    pub fn start_flusher(self: &Arc<Self>, interval: Duration) -> std::io::Result<()> {
+        let store: Weak<Store> = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("backend-flush".into())
+            .spawn(move || loop {
+                std::thread::sleep(interval);
+                let Some(store) = store.upgrade() else { return };
+                if store.unflushed.swap(false, Ordering::AcqRel) {
+                    store.write_back();
+                }
+            })?;
+        Ok(())
+    }
+
+    /// fsyncs the file by its path (a defragmentation may have replaced
+    /// it); a failure is left to the next durable commit, which fails too.
+    fn write_back(&self) {
+        let flushed = std::fs::File::open(self.path()).and_then(|f| f.sync_data());
+        if let Err(e) = flushed {
+            tracing::debug!(error = %e, "cannot write the backend's pages back");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use crate::test_util::put_at;
+    use crate::Store;
+
+    #[test]
+    fn the_flusher_clears_the_mark_a_batch_commit_leaves() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&dir.path().join("db")).unwrap());
+        put_at(&store, 1, "a", b"1", 0);
+        store.commit(true).unwrap();
+        assert!(
+            !store.unflushed.load(Ordering::Acquire),
+            "a durable commit needs no write-back"
+        );
+        put_at(&store, 2, "a", b"2", 0);
+        store.commit(false).unwrap();
+        assert!(store.unflushed.load(Ordering::Acquire));
+        store.start_flusher(Duration::from_millis(5)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while store.unflushed.load(Ordering::Acquire) {
+            assert!(Instant::now() < deadline, "the flusher never ran");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // the thread ends with the store
+        let weak = Arc::downgrade(&store);
+        drop(store);
+        assert!(weak.upgrade().is_none());
+    }
+}

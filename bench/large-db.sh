@@ -162,11 +162,15 @@ trap 'exit 130' INT TERM
 # $work/min-free (KiB; measure() resets it), and a member is killed (the run
 # fails) when the disk runs low.
 : >"$work/member.pids"
-free_kb "$work" >"$work/min-free"
+# Written by rename: a reader never meets the file empty (it took a
+# truncated file for 0 KiB free, a peak of the whole disk).
+set_min_free() { echo "$1" >"$work/min-free.$BASHPID" && mv -f "$work/min-free.$BASHPID" "$work/min-free"; }
+set_min_free "$(free_kb "$work")"
 (
   while sleep 1; do
     free=$(free_kb "$work")
-    [ "$free" -ge "$(cat "$work/min-free" 2>/dev/null || echo 0)" ] || echo "$free" >"$work/min-free"
+    [[ "$free" =~ ^[0-9]+$ ]] || continue
+    [ "$free" -ge "$(cat "$work/min-free" 2>/dev/null || echo 0)" ] || set_min_free "$free"
     if [ "$free" -lt "$floor_kb" ]; then
       echo "large-db.sh: less than 2 GiB left on $work's file system: killing the members" >&2
       touch "$work/disk-full"
@@ -330,7 +334,7 @@ measure() {
   local s=$1 t0 t1 out
   rm -rf "$work"/data-*
   disk_free0=$(free_kb "$work")
-  echo "$disk_free0" >"$work/min-free"
+  set_min_free "$disk_free0"
   start_member "$s" 0 new "m0=$(peer_url 0)"
   healthy 0 || { fail "$s" "the member did not come up"; return 1; }
 

@@ -6,9 +6,12 @@
 //! back everything the batches left in the page cache since the last one:
 //! after loading 500 MB that took a second, and every write waited for it.
 //! etcd's bbolt fsyncs every batch and never piles that up. Here a thread
-//! fsyncs the file through a descriptor of its own every interval while
-//! batches have written to it, holding no lock: the durable commit finds
-//! little left to write.
+//! writes the file's dirty pages back through a descriptor of its own every
+//! interval while batches have written to it, holding no lock: the durable
+//! commit finds little left to write. On Linux it is `sync_file_range`
+//! (write and wait, no journal commit or disk cache flush), which leaves
+//! the WAL's fdatasync alone: a full fsync every 250 ms slowed a 100-client
+//! load of 8 KiB values by a quarter.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -39,11 +42,30 @@ impl Store {
     /// fsyncs the file by its path (a defragmentation may have replaced
     /// it); a failure is left to the next durable commit, which fails too.
     fn write_back(&self) {
-        let flushed = std::fs::File::open(self.path()).and_then(|f| f.sync_data());
+        let flushed = std::fs::File::open(self.path()).and_then(|f| write_back(&f));
         if let Err(e) = flushed {
             tracing::debug!(error = %e, "cannot write the backend's pages back");
         }
     }
+}
+
+#[cfg(target_os = "linux")]
+fn write_back(file: &std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    // SAFETY: a valid descriptor for the call's duration; offset 0 and
+    // length 0 mean the whole file.
+    match unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, flags) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn write_back(file: &std::fs::File) -> std::io::Result<()> {
+    file.sync_data()
 }
 
 #[cfg(test)]

@@ -299,17 +299,7 @@ status_pair() {
   local out
   out=$(ETCDCTL_API=3 "$ETCDCTL" --endpoints "$(client_ep 0),$(client_ep 1)" --dial-timeout 2s \
     --command-timeout 3s endpoint status -w json 2>/dev/null) || true
-  python3 -c '
-import json, sys
-try:
-    st = {s["Endpoint"]: s["Status"] for s in json.loads(sys.argv[1] or "[]")}
-except ValueError:
-    st = {}
-f = []
-for ep in sys.argv[2:]:
-    s = st.get(ep)
-    f += [str(s["header"].get("revision", 0)), str(s.get("raftAppliedIndex", 0))] if s else ["-", "-"]
-print(" ".join(f))' "$out" "$(client_ep 0)" "$(client_ep 1)"
+  status_fields "$out" "$(client_ep 0)" "$(client_ep 1)"
 }
 wait_caught_up() {  # wait_caught_up KIND: the new member's revision and applied index reach m0's
   local kind=$1 deadline last="" rev0 app0 rev1 app1

@@ -65,3 +65,20 @@ alive_pids() {
   done
   return 0
 }
+
+# status_fields JSON EP...: "revision applied_index" for each endpoint from
+# one `etcdctl endpoint status -w json` output, "- -" for one that did not
+# answer.
+status_fields() {
+  python3 -c '
+import json, sys
+try:
+    st = {s["Endpoint"]: s["Status"] for s in json.loads(sys.argv[1] or "[]")}
+except ValueError:
+    st = {}
+f = []
+for ep in sys.argv[2:]:
+    s = st.get(ep)
+    f += [str(s["header"].get("revision", 0)), str(s.get("raftAppliedIndex", 0))] if s else ["-", "-"]
+print(" ".join(f))' "$@"
+}

@@ -271,21 +271,11 @@ for m in json.load(sys.stdin).get("members", []):
 }
 
 # status_pair LEADER_EP NEW_EP: "leader_rev leader_applied new_rev new_applied"
-# from one `endpoint status` of both; empty fields when an endpoint did not answer.
+# from one `endpoint status` of both; "-" fields when an endpoint did not answer.
 status_pair() {
   local out
   out=$(ctl "$1,$2" --command-timeout 3s endpoint status -w json 2>/dev/null) || true
-  python3 -c '
-import json, sys
-try:
-    st = {s["Endpoint"]: s["Status"] for s in json.loads(sys.argv[1] or "[]")}
-except ValueError:
-    st = {}
-f = []
-for ep in sys.argv[2:]:
-    s = st.get(ep)
-    f += [str(s["header"].get("revision", 0)), str(s.get("raftAppliedIndex", 0))] if s else ["-", "-"]
-print(" ".join(f))' "$out" "$1" "$2"
+  status_fields "$out" "$1" "$2"
 }
 
 # wait_caught_up DIR LEADER_EP NEW_EP PID: polls until NEW_EP's revision equals

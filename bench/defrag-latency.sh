@@ -35,9 +35,7 @@ while [ $# -gt 0 ]; do
     *) echo "defrag-latency.sh: unknown argument $1 (--help)" >&2; exit 2 ;;
   esac
 done
-for v in keys val_size rate seconds rounds; do
-  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "defrag-latency.sh: --${v//_/-} takes a positive number; got ${!v}" >&2; exit 2; }
-done
+bench_positive defrag-latency.sh keys val_size rate seconds rounds
 ref_etcd=$root/../shared/tools/ref-etcd
 oxbench=${OXBENCH:-$root/target/release/oxbench}
 bench_build_oxbench "$oxbench"

@@ -88,9 +88,7 @@ while [ $# -gt 0 ]; do
     *) echo "large-db.sh: unknown argument $1 (--help)" >&2; exit 2 ;;
   esac
 done
-for v in val_size rate rounds timeout; do
-  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "large-db.sh: --${v//_/-} takes a positive number; got ${!v}" >&2; exit 2; }
-done
+bench_positive large-db.sh val_size rate rounds timeout
 [[ "$size_arg" =~ ^([1-9][0-9]*)([kKmMgG]?)$ ]] ||
   { echo "large-db.sh: --size takes bytes, or N with K, M or G; got $size_arg" >&2; exit 2; }
 case "${BASH_REMATCH[2]}" in
@@ -138,13 +136,7 @@ load_pids=()     # the steady loads' loops
 watchdog=""
 failures=0
 stop_members() {  # kill -9: each member is thrown away after its server's run
-  local live
-  live=$(alive_pids)
-  # shellcheck disable=SC2086 # one pid a word
-  [ -z "$live" ] || kill -KILL $live 2>/dev/null || true
-  local p
-  for p in "${pids[@]}"; do [ -z "$p" ] || wait "$p" 2>/dev/null || true; done
-  pids=()
+  kill_members
   : >"$work/member.pids"
 }
 cleanup() {  # the members first: a load's run waiting on one then fails at once

@@ -31,9 +31,7 @@ while [ $# -gt 0 ]; do
     *) echo "lease-expiry.sh: unknown argument $1 (--help)" >&2; exit 2 ;;
   esac
 done
-for v in leases ttl put_rate rounds; do
-  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "lease-expiry.sh: --${v//_/-} takes a positive number; got ${!v}" >&2; exit 2; }
-done
+bench_positive lease-expiry.sh leases ttl put_rate rounds
 ref_etcd=$root/../shared/tools/ref-etcd
 oxbench=${OXBENCH:-$root/target/release/oxbench}
 bench_build_oxbench "$oxbench"

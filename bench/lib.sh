@@ -65,6 +65,24 @@ alive_pids() {
   done
   return 0
 }
+# kill_members: kill -9 every member still alive, reap them all, forget them.
+kill_members() {
+  local live p
+  live=$(alive_pids)
+  # shellcheck disable=SC2086 # one pid a word
+  [ -z "$live" ] || kill -KILL $live 2>/dev/null || true
+  for p in "${pids[@]}"; do [ -z "$p" ] || wait "$p" 2>/dev/null || true; done
+  pids=()
+}
+
+# bench_positive SCRIPT VAR...: exits 2 unless each named variable holds a
+# positive number (its option is --VAR with _ as -).
+bench_positive() {
+  local script=$1 v; shift
+  for v in "$@"; do
+    [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "$script: --${v//_/-} takes a positive number; got ${!v}" >&2; exit 2; }
+  done
+}
 
 # status_fields JSON EP...: "revision applied_index" for each endpoint from
 # one `etcdctl endpoint status -w json` output, "- -" for one that did not

@@ -153,15 +153,7 @@ trap 'exit 130' INT TERM
 # stop_all: every member started and not yet stopped, kill -9: each cluster
 # is thrown away after its scenario, and with SIGTERM etcd's leader spent ~7 s
 # handing leadership to members that were stopping too.
-stop_all() {
-  local live
-  live=$(alive_pids)
-  # shellcheck disable=SC2086 # one pid a word
-  [ -z "$live" ] || kill -KILL $live 2>/dev/null || true
-  local p
-  for p in "${pids[@]}"; do [ -z "$p" ] || wait "$p" 2>/dev/null || true; done
-  pids=()
-}
+stop_all() { kill_members; }
 
 now() { echo "$EPOCHREALTIME"; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", b - a}'; }

@@ -14,11 +14,12 @@ use mvcc::CompactionBatches;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_physical_compact_waits_for_the_batches_and_writes_go_on_meanwhile() {
     let dir = tempfile::tempdir().unwrap();
-    // 2 records per batch, 100 ms apart: 20 dropped records take ~1 s
+    // 2 records per batch, 1 s apart: each compaction below drops 10
+    // records, 5 batches, at least 4 s (a wide margin on a loaded machine)
     let (m, mut c) = member(dir.path(), |cfg| {
         cfg.compaction_batches = CompactionBatches {
             limit: 2,
-            sleep: Duration::from_millis(100),
+            sleep: Duration::from_secs(1),
         };
     })
     .await;
@@ -41,7 +42,7 @@ async fn a_physical_compact_waits_for_the_batches_and_writes_go_on_meanwhile() {
     c.compact(first, None).await.unwrap();
     assert!(
         store.finished_compact_revision() < first,
-        "10 records at 2 per 100 ms cannot be gone already"
+        "10 records at 2 per second cannot be gone already"
     );
     let err = c
         .get(

@@ -125,19 +125,18 @@ impl Store {
     pub(crate) fn schedule_deletions(
         &self,
         revision: i64,
-        dropped: Vec<RevisionKey>,
+        mut dropped: Vec<RevisionKey>,
         since: Instant,
     ) {
         let mut backlog = self.compaction_backlog.lock();
-        if backlog.wake.is_none() {
+        let Some(wake) = backlog.wake.clone() else {
             let mut pending = self.pending.write();
             pending.deletions.extend(dropped);
             pending.finished_compact_revision = Some(revision);
             pending.dirty = true;
             self.compacting_since.lock().get_or_insert(since);
             return;
-        }
-        let mut dropped = dropped;
+        };
         dropped.sort_unstable_by_key(|k| k.revision());
         backlog.jobs.push_back(Job {
             revision,
@@ -145,9 +144,7 @@ impl Store {
             next: 0,
             since,
         });
-        if let Some(wake) = &backlog.wake {
-            let _ = wake.send(());
-        }
+        let _ = wake.send(());
     }
 
     /// Starts the thread that deletes compacted records in batches (see
@@ -272,6 +269,12 @@ mod tests {
         store
     }
 
+    fn start_compactor(store: &Arc<Store>, limit: usize, sleep: Duration) {
+        store
+            .start_compactor(CompactionBatches { limit, sleep })
+            .unwrap();
+    }
+
     fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while !done() {
@@ -284,12 +287,7 @@ mod tests {
     fn a_compactor_deletes_in_batches_and_marks_the_compaction_finished_with_the_last() {
         let dir = tempfile::tempdir().unwrap();
         let store = loaded(&dir.path().join("db"));
-        store
-            .start_compactor(CompactionBatches {
-                limit: 3,
-                sleep: Duration::from_millis(1),
-            })
-            .unwrap();
+        start_compactor(&store, 3, Duration::from_millis(1));
         assert_eq!(records_in_file(&store), 20);
         let hash_before = store.hash_kv(0).unwrap();
         store.compact(21, 21).unwrap();
@@ -320,12 +318,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db");
         let store = loaded(&path);
-        store
-            .start_compactor(CompactionBatches {
-                limit: 4,
-                sleep: Duration::from_secs(3600),
-            })
-            .unwrap();
+        start_compactor(&store, 4, Duration::from_secs(3600));
         store.compact(21, 21).unwrap();
         // the first batch goes at once, then the compactor sleeps
         wait_for("the first batch", || records_in_file(&store) == 16);
@@ -378,12 +371,7 @@ mod tests {
     fn compactions_finish_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let store = loaded(&dir.path().join("db"));
-        store
-            .start_compactor(CompactionBatches {
-                limit: 1,
-                sleep: Duration::from_millis(1),
-            })
-            .unwrap();
+        start_compactor(&store, 1, Duration::from_millis(1));
         store.compact(8, 8).unwrap();
         store.compact(21, 21).unwrap();
         let mut seen = Vec::new();

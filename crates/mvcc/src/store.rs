@@ -490,9 +490,7 @@ impl Store {
         pending.side.clear();
         pending.dirty = false;
         drop(pending);
-        if let Some(in_use) = in_use {
-            self.size_in_use.store(in_use, Ordering::Relaxed);
-        }
+        self.size_in_use.add(in_use, Ordering::Relaxed);
         self.refresh_file_size();
         if durable {
             self.durable_consistent_index

@@ -22,7 +22,7 @@
 # Environment: OXCD, ETCD3516, ETCD35, ETCD34, ETCDCTL override the binaries
 # (ETCDCTL: default etcdctl 3.5.16, next to ETCD3516, installed by
 # `REF_ETCD=3.5.16 ../shared/tools/ref-etcd` when missing); PORT (default
-# 32379) is the client port, PORT+1 the peer port.
+# 30379) is the client port, PORT+1 the peer port.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/bench/lib.sh"
@@ -44,7 +44,7 @@ bench_select_servers check-perf.sh oxcd,etcd3516,etcd35,etcd34
 bench_server_binaries check-perf.sh
 ETCDCTL=${ETCDCTL:-$(dirname "${ETCD3516:-$("$ref_etcd" --bin 3.5.16)}")/etcdctl}
 [ -x "$ETCDCTL" ] || { echo "check-perf.sh: no etcdctl at $ETCDCTL (set ETCDCTL)" >&2; exit 1; }
-port=${PORT:-32379}
+port=${PORT:-30379}
 endpoint=127.0.0.1:$port peer=127.0.0.1:$((port + 1))
 
 work=$(mktemp -d /tmp/oxcd-check-perf.XXXXXX)

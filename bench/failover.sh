@@ -26,7 +26,7 @@
 # Environment: OXCD, OXBENCH (default target/release/{oxcd,oxbench}, built if
 # missing), ETCD3516 (default /opt/etcd-3.5.16/etcd), ETCD35 (default
 # /opt/etcd-3.5.1/etcd), ETCDCTL (default the etcdctl next to ETCD3516; it
-# finds the leader for every server); PORT (default 34379): member i (0-based)
+# finds the leader for every server); PORT (default 25379): member i (0-based)
 # listens on 127.0.0.1 at PORT+2i (client) and PORT+2i+1 (peer).
 #
 # For each cluster size and server, every round: a fresh cluster, every
@@ -93,7 +93,7 @@ for v in "$rounds" "$kills" "$timeout"; do
   [[ "$v" =~ ^[1-9][0-9]*$ ]] || { echo "failover.sh: --rounds, --kills and --timeout take positive integers; got $v" >&2; exit 2; }
 done
 case "$via" in follower|any) ;; *) echo "failover.sh: --via takes follower or any; got $via" >&2; exit 2 ;; esac
-port=${PORT:-34379}
+port=${PORT:-25379}
 settle=2   # seconds of steady writes before each kill
 
 # --- binaries -----------------------------------------------------------------

@@ -19,7 +19,7 @@
 #
 # Environment: OXCD, OXBENCH (default target/release/{oxcd,oxbench}, built if
 # missing), ETCD3516 (default /opt/etcd-3.5.16/etcd), ETCD35 (default
-# /opt/etcd-3.5.1/etcd) override the binaries; PORT (default 33379) is the
+# /opt/etcd-3.5.1/etcd) override the binaries; PORT (default 31379) is the
 # client port, PORT+1 the peer port.
 #
 # Each round, each server runs as a fresh single member:
@@ -82,7 +82,7 @@ for v in "$streams" "$watchers_per_stream" "$puts" "$put_rate" "$rounds"; do
   [[ "$v" =~ ^[1-9][0-9]*$ ]] || { echo "watch-scale.sh: counts and rates are positive integers; got $v" >&2; exit 2; }
 done
 conns=$(((streams + 9) / 10))
-port=${PORT:-33379}
+port=${PORT:-31379}
 peer_port=$((port + 1))
 endpoint="127.0.0.1:$port"
 bench_timeout=1800   # seconds; bounds one oxbench run so a hung server cannot hang the script

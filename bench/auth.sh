@@ -22,6 +22,7 @@
 # (default 28479) is the client port, PORT+1 the peer port.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/bench/lib.sh"
 rounds=3 quick=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -75,7 +76,8 @@ start() {
     --initial-cluster "bench=http://127.0.0.1:$((port + 1))" >"$work/$1-$2.log" 2>&1 &
   pid=$!
   user_args=()
-  bench health --timeout 60s >/dev/null
+  wait_healthy "$pid" "$work/$1-$2.log" 60 bench health --timeout 1s ||
+    { echo "auth.sh: $1 did not start" >&2; exit 1; }
   if [ "$2" = auth ]; then
     ctl user add root:rootpw
     ctl user grant-role root root
@@ -89,7 +91,8 @@ start() {
       exit 1
     fi
     user_args=(--user bench:benchpw)
-    bench health --timeout 60s >/dev/null
+    wait_healthy "$pid" "$work/$1-$2.log" 60 bench health --timeout 1s ||
+      { echo "auth.sh: $1 does not answer bench's requests after auth enable" >&2; exit 1; }
   fi
 }
 stop() { kill -TERM "$pid"; wait "$pid" 2>/dev/null || true; pid=""; }

@@ -73,12 +73,8 @@ check() {
     --listen-peer-urls "http://$peer" --initial-advertise-peer-urls "http://$peer" \
     --initial-cluster "bench=http://$peer" >>"$work/$s.log" 2>&1 &
   pid=$!
-  local up=0
-  for _ in $(seq 600); do
-    if ctl --dial-timeout 300ms --command-timeout 1s endpoint health >/dev/null 2>&1; then up=1; break; fi
-    sleep 0.1
-  done
-  [ $up = 1 ] || { echo "check-perf.sh: $s did not start:" >&2; tail -n 20 "$work/$s.log" >&2; exit 1; }
+  wait_healthy "$pid" "$work/$s.log" 60 ctl --dial-timeout 300ms --command-timeout 1s endpoint health ||
+    { echo "check-perf.sh: $s did not start" >&2; exit 1; }
   local limit=()
   [ "$duration" -lt 60 ] && limit=(timeout -s INT "$duration")
   # the progress bar writes \r-separated frames; the verdict lines are plain

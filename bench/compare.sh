@@ -163,10 +163,13 @@ start_cluster() {
   server_pid=${server_pids[0]}
 }
 
-wait_cluster_healthy() {  # every member: Status has a leader and a linearizable read succeeds
-  local ep
-  for ep in "${member_endpoints[@]}"; do
-    "$oxbench" --endpoints "$ep" --json health --timeout "${1:-120}s" >/dev/null
+# wait_cluster_healthy DIR: every member of start_cluster's: Status has a
+# leader and a linearizable read succeeds.
+wait_cluster_healthy() {
+  local m
+  for ((m = 0; m < cluster; m++)); do
+    wait_healthy "${server_pids[$m]}" "$1/m$((m + 1)).log" 120 \
+      "$oxbench" --endpoints "${member_endpoints[$m]}" health --timeout 1s
   done
 }
 
@@ -191,8 +194,8 @@ for s in st:
 ' || true
 }
 
-wait_healthy() {  # prints the seconds it took
-  "$oxbench" --endpoints "$endpoint" --json health --timeout "${1:-120}s" | json_field secs
+server_healthy() {  # LOG [SECS]: start_server's member is healthy
+  wait_healthy "$server_pid" "$1" "${2:-120}" "$oxbench" --endpoints "$endpoint" health --timeout 1s
 }
 
 stop_server() {  # every member
@@ -250,7 +253,7 @@ phase_a() {
   local s=$1 dir=$work/$1-a
   mkdir -p "$dir"
   start_server "$s" "$dir/data" "$dir/server.log"
-  wait_healthy >/dev/null
+  server_healthy "$dir/server.log"
   local kv=(--key-size 8 --val-size 256)
   echo "  put, 1 client" >&2
   bench "$s" put1 --clients 1 --conns 1 put "${kv[@]}" --total $n_put1 --sequential-keys --key-space-size 100000
@@ -285,7 +288,7 @@ phase_c() {
   local s=$1 dir=$work/$1-c
   mkdir -p "$dir"
   start_cluster "$s" "$dir"
-  wait_cluster_healthy
+  wait_cluster_healthy "$dir"
   local leader; leader=$(leader_endpoint)
   local ordered=$all_endpoints
   if [ -n "$leader" ]; then   # followers first, leader last
@@ -350,7 +353,7 @@ phase_b() {
   local s=$1 dir=$work/$1-b
   mkdir -p "$dir"
   start_server "$s" "$dir/data" "$dir/server.log"
-  wait_healthy >/dev/null
+  server_healthy "$dir/server.log"
   echo "  loading $n_keys keys of 256 B" >&2
   bench "$s" load --clients 100 --conns 10 put --key-size 8 --val-size 256 --total $n_keys \
     --sequential-keys --key-space-size $n_keys
@@ -361,7 +364,7 @@ phase_b() {
   local t0 t1
   t0=$(date +%s.%N)
   start_server "$s" "$dir/data" "$dir/server.log"
-  if wait_healthy 600 >/dev/null; then
+  if server_healthy "$dir/server.log" 600; then
     t1=$(date +%s.%N)
     record "$s" restart_s "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}')"
     record "$s" rss_restart_mb "$(awk -v k="$(rss_kb)" 'BEGIN {printf "%.1f", k / 1024}')"

@@ -75,7 +75,8 @@ measure() {
     --listen-peer-urls "http://$peer" --initial-advertise-peer-urls "http://$peer" \
     --initial-cluster "bench=http://$peer" --quota-backend-bytes 8000000000 >>"$work/$s.log" 2>&1 &
   pid=$!
-  "$oxbench" --endpoints "$endpoint" health --timeout 60s >/dev/null
+  wait_healthy "$pid" "$work/$s.log" 60 "$oxbench" --endpoints "$endpoint" health --timeout 1s ||
+    { echo "defrag-latency.sh: $s did not start" >&2; exit 1; }
   for _ in 1 2; do
     "$oxbench" --endpoints "$endpoint" --clients 100 --conns 10 --json put --total "$keys" \
       --key-size 16 --val-size "$val_size" --key-space-size "$keys" --sequential-keys >/dev/null

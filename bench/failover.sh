@@ -170,7 +170,7 @@ start_member() {
 }
 
 healthy() {  # DIR I: member I answers a linearizable read within --timeout
-  "$OXBENCH" --endpoints "$(client_ep "$2")" --json health --timeout "${timeout}s" >/dev/null 2>>"$1/oxbench.err"
+  wait_healthy "${pids[$2]}" "$1/m$(($2 + 1)).log" "$timeout" "$OXBENCH" --endpoints "$(client_ep "$2")" health --timeout 1s
 }
 
 # leader_of N: "index member_id" of the leader among the live members 0..N-1
@@ -246,7 +246,7 @@ run_cluster() {
   done
   for ((i = 0; i < n; i++)); do start_member "$kind" "$dir" "$i" "$initial"; done
   for ((i = 0; i < n; i++)); do
-    healthy "$dir" "$i" || { fail "$dir" "$kind: member m$((i + 1)) not healthy within ${timeout}s"; return 1; }
+    healthy "$dir" "$i" || { fail "$dir" "$kind: member m$((i + 1)) did not come up"; return 1; }
   done
   local eps=""
   for ((i = 0; i < n; i++)); do eps+="${eps:+,}$(client_ep "$i")"; done
@@ -293,7 +293,7 @@ run_cluster() {
     record "$kind" "leader.$n" "$new_leader"
     echo "  $kind, $n members, kill $k/$kills of the leader m$((victim + 1)) (the writer through $through): first ack after $gap s, new leader seen after $new_leader s" >&2
     start_member "$kind" "$dir" "$victim" "$initial"
-    healthy "$dir" "$victim" || { fail "$dir" "$kind: m$((victim + 1)) not healthy within ${timeout}s of its restart"; return 1; }
+    healthy "$dir" "$victim" || { fail "$dir" "$kind: m$((victim + 1)) did not come up after its restart"; return 1; }
     sleep "$settle"
   done
   stop_writer

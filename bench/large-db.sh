@@ -219,8 +219,8 @@ start_member() {
   pids[i]=$!
   echo "${pids[@]}" >"$work/member.pids"
 }
-healthy() {  # healthy I: waits until member I is healthy
-  "$oxbench" --endpoints "$(client_ep "$1")" --json health --timeout "${timeout}s" >/dev/null 2>>"$work/oxbench.err"
+healthy() {  # healthy KIND I: waits until member I is healthy
+  wait_healthy "${pids[$2]}" "$work/$1-m$2.log" "$timeout" "$oxbench" --endpoints "$(client_ep "$2")" health --timeout 1s
 }
 
 # put_pass KIND PASS: the K keys once, 100 clients; records the pass's seconds.
@@ -318,7 +318,7 @@ measure() {
   disk_free0=$(free_kb "$work")
   set_min_free "$disk_free0"
   start_member "$s" 0 new "m0=$(peer_url 0)"
-  healthy 0 || { fail "$s" "the member did not come up"; return 1; }
+  healthy "$s" 0 || { fail "$s" "the member did not come up"; return 1; }
 
   echo "  $(date +%T.%3N) $s: load, $keys keys of $val_size B, twice" >&2
   t0=$(now)
@@ -345,7 +345,7 @@ measure() {
   record "$s" stop_s "$(secs "$t0" "$t1")"
   t0=$(now)
   start_member "$s" 0 new "m0=$(peer_url 0)"
-  healthy 0 || { fail "$s" "not healthy within ${timeout}s of the restart"; return 1; }
+  healthy "$s" 0 || { fail "$s" "not healthy after the restart"; return 1; }
   t1=$(now)
   record "$s" restart_s "$(secs "$t0" "$t1")"
   record "$s" rss_restart_mb "$(rss_mb "${pids[0]}")"

@@ -62,7 +62,8 @@ measure() {
     --listen-peer-urls "http://$peer" --initial-advertise-peer-urls "http://$peer" \
     --initial-cluster "bench=http://$peer" >>"$work/$s.log" 2>&1 &
   pid=$!
-  "$oxbench" --endpoints "$endpoint" health --timeout 60s >/dev/null
+  wait_healthy "$pid" "$work/$s.log" 60 "$oxbench" --endpoints "$endpoint" health --timeout 1s ||
+    { echo "lease-expiry.sh: $s did not start" >&2; exit 1; }
   if ! "$oxbench" --endpoints "$endpoint" --clients 50 --conns 5 --json lease-expire \
       --leases "$leases" --ttl "$ttl" --put-rate "$put_rate" >"$work/out.json" 2>>"$work/oxbench.err"; then
     echo "  $s: oxbench lease-expire failed: $(tail -n 1 "$work/oxbench.err")" >&2

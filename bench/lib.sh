@@ -100,3 +100,49 @@ for ep in sys.argv[2:]:
     f += [str(s["header"].get("revision", 0)), str(s.get("raftAppliedIndex", 0))] if s else ["-", "-"]
 print(" ".join(f))' "$@"
 }
+
+# pid_running PID: the process is there and has not exited (a zombie, exited
+# but not reaped yet, has: kill -0 still reaches it).
+pid_running() {
+  local stat
+  { read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
+  stat=${stat##*) }
+  [ "${stat%% *}" != Z ]
+}
+
+# wait_healthy PID LOG SECS PROBE...: runs PROBE (one health check that gives
+# up within a second or two: `"$OXBENCH" --endpoints EP health --timeout 1s`,
+# or etcdctl endpoint health with short timeouts) until it succeeds, and
+# returns 0 then. It stops at once when the server PID has exited, or after
+# SECS seconds, and returns 1 with the last probe's error and the last 40
+# lines of the server's LOG on stderr: the work dir holding the log goes
+# when the script exits, and a CI run shows only what reached stderr.
+wait_healthy() {
+  local pid=$1 log=$2 secs=$3 deadline error="" status why start
+  shift 3
+  deadline=$((SECONDS + secs))
+  while pid_running "$pid"; do
+    start=${EPOCHREALTIME//[.,]/}
+    if error=$("$@" 2>&1 >/dev/null); then return 0; fi
+    [ "$SECONDS" -lt "$deadline" ] || break
+    # a probe refused at once (nothing listens yet) is not repeated in a spin
+    [ $((${EPOCHREALTIME//[.,]/} - start)) -ge 100000 ] || sleep 0.1
+  done
+  if pid_running "$pid"; then
+    why="not healthy within ${secs} s"
+  else
+    why="exited"
+    # its exit status, known to the shell that started it only (a $(...)
+    # subshell's wait gets it wrong)
+    if [ "$BASHPID" = "$$" ]; then
+      status=0
+      wait "$pid" 2>/dev/null || status=$?
+      [ "$status" = 127 ] || why+=" with status $status"
+    fi
+  fi
+  echo "wait_healthy: the server (pid $pid, log $log) $why; the last probe: $(tail -n 1 <<<"${error:-none}")" >&2
+  echo "---- the last 40 lines of $log:" >&2
+  tail -n 40 "$log" >&2 2>/dev/null || true
+  echo "----" >&2
+  return 1
+}

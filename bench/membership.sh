@@ -195,14 +195,19 @@ start_member() {
   pids[i]=$!
 }
 
+# healthy DIR I: waits until member I answers a linearizable read.
+healthy() {
+  wait_healthy "${pids[$2]}" "$1/m$(($2 + 1)).log" "$timeout" "$OXBENCH" --endpoints "$(client_ep "$2")" health --timeout 1s
+}
+
 # start_cluster KIND DIR N: members m1..mN, state new; waits until each is healthy.
 start_cluster() {
   local kind=$1 dir=$2 n=$3 i initial=""
   for ((i = 0; i < n; i++)); do initial+="${initial:+,}m$((i + 1))=$(peer_url "$i")"; done
   for ((i = 0; i < n; i++)); do start_member "$kind" "$dir" "$i" new "$initial" || return 1; done
   for ((i = 0; i < n; i++)); do
-    if ! "$OXBENCH" --endpoints "$(client_ep "$i")" --json health --timeout "${timeout}s" >/dev/null 2>>"$dir/oxbench.err"; then
-      fail "$dir" "$kind: member m$((i + 1)) not healthy within ${timeout}s ($(tail -n 1 "$dir/oxbench.err"))"
+    if ! healthy "$dir" "$i"; then
+      fail "$dir" "$kind: member m$((i + 1)) did not come up"
       return 1
     fi
   done
@@ -349,8 +354,8 @@ replace_dead() {
   local nep; nep=$(client_ep "$new")
   wait_caught_up "$dir" "$lep" "$nep" "${pids[new]}" || return 1
   t4=$(now)
-  if ! "$OXBENCH" --endpoints "$nep" --json health --timeout "${timeout}s" >/dev/null 2>>"$dir/oxbench.err"; then
-    fail "$dir" "$kind: the new member is caught up but not healthy ($(tail -n 1 "$dir/oxbench.err"))"
+  if ! healthy "$dir" "$new"; then
+    fail "$dir" "$kind: the new member is caught up but not healthy"
     return 1
   fi
   t5=$(now)

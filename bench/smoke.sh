@@ -179,7 +179,9 @@ for name in "${scripts[@]}"; do
       echo "smoke.sh: bench/$name ${args[*]}: $verdict"
       cat "$work/$name.check" 2>/dev/null || true
       echo "  --- its stdout:"; sed 's/^/  /' "$work/$name.out"
-      echo "  --- its stderr (last 40 lines):"; tail -n 40 "$work/$name.err" | sed 's/^/  /'
+      # long enough for a server's log tail (wait_healthy's 40 lines) and
+      # the script's own failure lines after it
+      echo "  --- its stderr (last 200 lines):"; tail -n 200 "$work/$name.err" | sed 's/^/  /'
     } >&2
   fi
   echo "smoke.sh: bench/$name: $verdict, ${took} s" >&2

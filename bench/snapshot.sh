@@ -19,6 +19,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 keys=1000000
 rounds=1
 while [ $# -gt 0 ]; do
@@ -72,7 +73,8 @@ for ((r = 1; r <= rounds; r++)); do
     [ "$server" = etcd ] && bin=$ETCD
     rm -rf "$work/data" "$work/restored" "$work/snap.db"
     start_member "$bin" "$work/$server.log"
-    "$OXBENCH" --endpoints "127.0.0.1:$port" health --timeout 60s >/dev/null
+    wait_healthy "$pid" "$work/$server.log" 60 "$OXBENCH" --endpoints "127.0.0.1:$port" health --timeout 1s ||
+      { echo "snapshot.sh: $server did not start" >&2; exit 1; }
     "$OXBENCH" --endpoints "127.0.0.1:$port" --clients 100 --conns 10 put --key-size 8 \
       --val-size 256 --total "$keys" --sequential-keys --key-space-size "$keys" >/dev/null
     before=$(rss_kb "$pid")
@@ -111,7 +113,8 @@ for ((r = 1; r <= rounds; r++)); do
       t5=$(now)
       migrate_rss=$(tail -n 1 "$work/time.out")
       start_member "$OXCD" "$work/migrated.log"
-      "$OXBENCH" --endpoints "127.0.0.1:$port" health --timeout 120s >/dev/null
+      wait_healthy "$pid" "$work/migrated.log" 120 "$OXBENCH" --endpoints "127.0.0.1:$port" health --timeout 1s ||
+        { echo "snapshot.sh: oxcd did not start on the migrated data dir" >&2; exit 1; }
       t6=$(now)
       served=$("$ETCDCTL" --endpoints "127.0.0.1:$port" get "" --from-key --count-only -w fields \
         | awk '/"Count"/ {print $3}')

@@ -13,6 +13,7 @@
 # client port, PORT+1 the peer port.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/bench/lib.sh"
 rounds=3 quick=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -73,7 +74,8 @@ start() {
     --initial-cluster "bench=http://127.0.0.1:$((port + 1))" \
     "${tls_flags[@]}" >"$work/$1-$2.log" 2>&1 &
   pid=$!
-  bench health --timeout 60s >/dev/null
+  wait_healthy "$pid" "$work/$1-$2.log" 60 bench health --timeout 1s ||
+    { echo "tls.sh: $1 ($2) did not start" >&2; exit 1; }
 }
 stop() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""; }
 tls_args=()

@@ -141,8 +141,8 @@ run_server() {
   local s=$1 dir=$work/$1-r$2
   mkdir -p "$dir"
   start_server "$s" "$dir/data" "$dir/server.log"
-  if ! "$OXBENCH" --endpoints "$endpoint" --json health --timeout 120s >/dev/null 2>>"$dir/oxbench.err"; then
-    echo "  $s: not healthy within 120 s (see $dir/server.log)" >&2
+  if ! wait_healthy "$server_pid" "$dir/server.log" 120 "$OXBENCH" --endpoints "$endpoint" health --timeout 1s; then
+    echo "  $s: did not come up" >&2
     failures=$((failures + 1))
     stop_server
     return 0

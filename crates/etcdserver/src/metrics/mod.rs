@@ -17,12 +17,13 @@ pub(crate) mod network;
 pub(crate) mod ops;
 pub mod process;
 pub mod store;
+pub mod text;
 
 use std::time::Duration;
 
 use prometheus::{
-    exponential_buckets, Encoder, Histogram, HistogramOpts, IntCounter, IntGauge, IntGaugeVec,
-    Opts, Registry, TextEncoder,
+    exponential_buckets, Histogram, HistogramOpts, IntCounter, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
 
 use crate::server::EtcdServer;
@@ -61,7 +62,7 @@ pub struct Metrics {
     process: process::ProcessMetrics,
     /// client_golang's promhttp scrape metrics: scrapes being served and
     /// served, by status code (only 200 is ever answered: encoding into
-    /// memory cannot fail but for a bug, logged).
+    /// memory cannot fail).
     scrapes_in_flight: IntGauge,
     scrapes_ok: IntCounter,
     has_leader: IntGauge,
@@ -370,14 +371,12 @@ impl Metrics {
         self.process.refresh();
     }
 
-    /// The text exposition of every metric, refreshed first.
+    /// The text exposition of every metric, refreshed first, with etcd's
+    /// number formatting ([`text`]).
     pub fn render(&self, server: &EtcdServer) -> Vec<u8> {
         self.scrapes_in_flight.inc();
         self.refresh(server);
-        let mut out = Vec::with_capacity(64 * 1024);
-        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
-            tracing::warn!(error = %e, "encoding metrics failed");
-        }
+        let out = text::encode(&self.registry.gather()).into_bytes();
         self.scrapes_in_flight.dec();
         // counted once served, as promhttp: a scrape does not see itself
         self.scrapes_ok.inc();

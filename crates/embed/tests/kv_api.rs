@@ -390,7 +390,7 @@ async fn status_and_member_list_describe_this_member() {
     let dir = tempfile::tempdir().unwrap();
     let (m, mut c) = member(dir.path(), |_| {}).await;
     let s = c.status().await.unwrap();
-    assert_eq!(s.version(), "3.5.13");
+    assert_eq!(s.version(), "3.5.16");
     assert_eq!(s.leader(), s.header().unwrap().member_id());
     assert!(s.db_size() > 0);
     assert!(

@@ -34,10 +34,11 @@ pub(crate) const MAX_GAP_BETWEEN_APPLY_AND_COMMIT: u64 = 5000;
 /// default heartbeat would be too busy; elections take ≥ one election timeout).
 const LEADER_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// The etcd API version this member implements and reports. kube-apiserver
-/// enables features (watch progress, consistent list from cache) only for
-/// 3.5.13 and later.
-pub const ETCD_VERSION: &str = "3.5.13";
+/// The etcd API version this member implements and reports: that of etcd
+/// 3.5.16, the reference it is checked against. kube-apiserver enables
+/// features (watch progress, consistent list from cache) only for 3.5.13 and
+/// later.
+pub const ETCD_VERSION: &str = "3.5.16";
 /// The cluster version, as etcd reports it (major.minor).
 pub const CLUSTER_VERSION: &str = "3.5";
 

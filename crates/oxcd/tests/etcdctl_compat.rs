@@ -301,7 +301,7 @@ fn etcdctl_endpoint_status_and_health() {
     let status: serde_json::Value =
         serde_json::from_str(run(&["endpoint", "status", "-w", "json"]).trim()).unwrap();
     let st = &status[0]["Status"];
-    assert_eq!(st["version"], "3.5.13");
+    assert_eq!(st["version"], "3.5.16");
     assert_eq!(st["leader"], st["header"]["member_id"]);
     assert!(st["raftIndex"].as_u64().unwrap() >= 2);
     assert_eq!(st["raftIndex"], st["raftAppliedIndex"]);
@@ -315,7 +315,7 @@ fn etcdctl_endpoint_status_and_health() {
         "{table}"
     );
     assert!(
-        table.contains("3.5.13") && table.contains("true"),
+        table.contains("3.5.16") && table.contains("true"),
         "{table}"
     );
     let health = run(&["endpoint", "health"]);

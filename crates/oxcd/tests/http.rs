@@ -94,7 +94,7 @@ fn metrics_have_etcds_names_and_move_with_writes() {
     assert_eq!(sample(&before, "etcd_server_has_leader"), Some(1.0));
     assert_eq!(sample(&before, "etcd_server_is_leader"), Some(1.0));
     assert_eq!(
-        sample(&before, "etcd_server_version{server_version=\"3.5.13\"}"),
+        sample(&before, "etcd_server_version{server_version=\"3.5.16\"}"),
         Some(1.0)
     );
     let fsyncs = sample(&before, "etcd_disk_wal_fsync_duration_seconds_count").unwrap();
@@ -233,12 +233,12 @@ fn health_and_version_answer_as_etcd_3_5() {
     assert_eq!(version.status, 200);
     assert_eq!(version.header("content-type"), Some("application/json"));
     let parsed: Value = serde_json::from_str(&version.body).unwrap();
-    assert_eq!(parsed["etcdserver"], "3.5.13");
+    assert_eq!(parsed["etcdserver"], "3.5.16");
     assert_eq!(parsed["etcdcluster"], "3.5.0");
     assert!(parsed["oxcd"].is_string(), "{}", version.body);
     assert!(version
         .body
-        .starts_with(r#"{"etcdserver":"3.5.13","etcdcluster":"3.5.0""#));
+        .starts_with(r#"{"etcdserver":"3.5.16","etcdcluster":"3.5.0""#));
 
     let missing = http::get(endpoint, "/nope").unwrap();
     assert_eq!(missing.status, 404);

@@ -112,7 +112,7 @@ fn version_and_help() {
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("oxcd Version:") && text.contains("etcd API Version: 3.5.13"),
+        text.contains("oxcd Version:") && text.contains("etcd API Version: 3.5.16"),
         "{text}"
     );
     let out = run_oxcd(&["--help"]);

@@ -88,40 +88,61 @@ impl Store {
     /// Replaces the whole store with the snapshot file at `source` (a
     /// `backup_to` of another member), durably, and rebuilds the key index
     /// from it. Pending changes are discarded: the snapshot supersedes them.
+    ///
+    /// The file itself becomes the store's file, as etcd renames a received
+    /// database into place: it is opened where it is (every page's checksum
+    /// verified, its format brought up to date), its key index rebuilt, then
+    /// it is renamed over the store's file and the handle swapped, as a
+    /// defragmentation swaps its copy. A `source` in another directory (a
+    /// file system of its own, maybe) is first copied next to the store's
+    /// file. `source` is gone afterwards, except when the install failed.
     pub fn restore_from(&self, source: &Path) -> Result<(), MvccError> {
         let _defrag = self.defrag_lock.lock();
-        let _writer = self.writer.lock();
-        let db = self.db();
-        // The file came from another member: redb panics on some damage
-        // (as Store::open meets it), which must refuse the file, not stop
-        // the thread installing it. A panic before the commit leaves this
-        // store as it was (the write transaction is dropped, aborted).
-        let loaded = backend::without_panics(source, || {
-            // Read-only: nothing commits to the received file (a commit
-            // on a damaged file can abort the process: see
-            // backend::open_database); damage met reading it is a panic
-            // that without_panics turns into refusing it.
-            let snapshot_db = redb::Builder::new()
-                .set_cache_size(crate::snapshot_file::COPY_CACHE_BYTES)
-                .open_read_only(source)
-                .map_err(backend_error)?;
-            let snapshot = snapshot_db.begin_read().map_err(backend_error)?;
-            let mut txn = db.begin_write().map_err(backend_error)?;
-            txn.set_durability(Durability::Immediate)
-                .map_err(backend_error)?;
-            txn.delete_table(KEY_TABLE).map_err(backend_error)?;
-            txn.delete_table(META_TABLE).map_err(backend_error)?;
-            for side in SideTable::ALL {
-                txn.delete_table(side.definition()).map_err(backend_error)?;
+        let staged = if source.parent() == self.path().parent() {
+            source.to_path_buf()
+        } else {
+            let staged = staging_path(self.path());
+            std::fs::copy(source, &staged).map_err(|e| {
+                let _ = std::fs::remove_file(&staged);
+                MvccError::Backend(format!("cannot copy {}: {e}", source.display()))
+            })?;
+            staged
+        };
+        let opened = backend::without_panics(source, || {
+            // The file came from another member: redb's integrity check at
+            // open refuses a damaged one (see backend::open_database) before
+            // anything commits to it.
+            let db = backend::open_database(&staged)?;
+            let loaded = backend::load(&db)?;
+            Ok((db, loaded))
+        });
+        let (db, loaded) = match opened {
+            Ok(opened) => opened,
+            Err(e) => {
+                if staged != source {
+                    let _ = std::fs::remove_file(&staged);
+                }
+                return Err(e);
             }
-            copy_all(&snapshot, &txn)?;
-            // A leader running an older format sends its own.
-            backend::upgrade_format(&txn)?;
-            txn.commit().map_err(backend_error)?;
-            drop(snapshot);
-            drop(snapshot_db);
-            backend::load(&db)
-        })?;
+        };
+        let _writer = self.writer.lock();
+        let old = {
+            let _pending = self.pending.write();
+            if let Err(e) = std::fs::rename(&staged, self.path()) {
+                if staged != source {
+                    let _ = std::fs::remove_file(&staged);
+                }
+                return Err(backend_error(e));
+            }
+            // The old file is gone from the directory: from here on the
+            // received state is the store's, whatever the directory's fsync
+            // says (a crash before it is durable leaves the old file, and
+            // the raft snapshot is installed again at the restart).
+            if let Err(e) = crate::defrag::sync_dir(self.path()) {
+                tracing::warn!(error = %e, "cannot sync the directory of the restored file");
+            }
+            self.swap_db(db)
+        };
         // The revision jumps here without a write transaction, so no watcher
         // was notified of the revisions in between: synced watchers go back
         // to unsynced and catch up from the restored file (etcd's
@@ -169,8 +190,23 @@ impl Store {
         self.durable_consistent_index
             .store(loaded.consistent_index, Ordering::Release);
         self.refresh_file_size();
+        drop(_writer);
+        crate::defrag::close_when_unused(old);
         Ok(())
     }
+}
+
+/// Removes the copy an install interrupted by a crash left behind.
+pub(crate) fn remove_leftover(path: &Path) {
+    let _ = std::fs::remove_file(staging_path(path));
+}
+
+/// Where [`Store::restore_from`] copies a snapshot file that is not next to
+/// the store's file.
+fn staging_path(path: &Path) -> std::path::PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".restore.tmp");
+    path.with_file_name(name)
 }
 
 #[cfg(test)]
@@ -223,6 +259,92 @@ mod tests {
         let reopened = Store::open(&dir.path().join("follower.db")).unwrap();
         assert_eq!(reopened.current_revision(), rev);
         assert_eq!(all(&reopened).len(), 51);
+    }
+
+    #[test]
+    fn a_received_file_next_to_the_store_becomes_its_file_by_rename() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let leader = Store::open(&dir.path().join("leader.db")).unwrap();
+        for i in 0..20 {
+            put_at(&leader, i + 1, &format!("k{i:02}"), vec![b'v'; 3_000], 0);
+        }
+        let member_dir = dir.path().join("member");
+        std::fs::create_dir(&member_dir).unwrap();
+        let received = member_dir.join("0000000000000014.snap.db");
+        leader.backup_to(&received).unwrap();
+        let inode = std::fs::metadata(&received).unwrap().ino();
+
+        let follower = Store::open(&member_dir.join("db")).unwrap();
+        put_at(&follower, 1, "stale", "x", 0);
+        follower.restore_from(&received).unwrap();
+        assert!(!received.exists(), "renamed, not copied");
+        let db = member_dir.join("db");
+        assert_eq!(std::fs::metadata(&db).unwrap().ino(), inode);
+        assert_eq!(all(&follower), all(&leader));
+        // the swapped handle takes writes, and they are in the file
+        put_at(&follower, 21, "after", "y", 0);
+        follower.commit(true).unwrap();
+        let revision = follower.current_revision();
+        drop(follower);
+        let reopened = Store::open(&db).unwrap();
+        assert_eq!(reopened.current_revision(), revision);
+        assert_eq!(all(&reopened).len(), 21);
+        assert_eq!(reopened.consistent_index(), 21);
+    }
+
+    #[test]
+    fn a_received_file_elsewhere_is_copied_next_to_the_store_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let leader = Store::open(&dir.path().join("leader.db")).unwrap();
+        for i in 0..5 {
+            put_at(&leader, i + 1, &format!("k{i}"), "v", 0);
+        }
+        let received = dir.path().join("snap.db");
+        leader.backup_to(&received).unwrap();
+        let member_dir = dir.path().join("member");
+        std::fs::create_dir(&member_dir).unwrap();
+        let follower = Store::open(&member_dir.join("db")).unwrap();
+        follower.restore_from(&received).unwrap();
+        assert!(received.exists(), "the caller's file stays");
+        let mut names: Vec<_> = std::fs::read_dir(&member_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["db"], "no staging copy left behind");
+        assert_eq!(all(&follower), all(&leader));
+    }
+
+    #[test]
+    fn a_damaged_received_file_is_refused_and_the_store_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let leader = Store::open(&dir.path().join("leader.db")).unwrap();
+        for i in 0..20 {
+            put_at(&leader, i + 1, &format!("k{i:02}"), vec![b'v'; 3_000], 0);
+        }
+        let received = dir.path().join("received.db");
+        leader.backup_to(&received).unwrap();
+        let mut bytes = std::fs::read(&received).unwrap();
+        // a value's bytes: redb's page checksum refuses the file at open
+        let at = bytes
+            .windows(64)
+            .position(|w| w.iter().all(|b| *b == b'v'))
+            .unwrap();
+        bytes[at + 10] ^= 0xff;
+        std::fs::write(&received, &bytes).unwrap();
+
+        let follower = Store::open(&dir.path().join("follower.db")).unwrap();
+        put_at(&follower, 1, "mine", "x", 0);
+        let refused = follower.restore_from(&received).unwrap_err();
+        assert!(refused.to_string().contains("is damaged"), "{refused}");
+        assert!(received.exists(), "a refused file is not installed");
+        assert_eq!(all(&follower).len(), 1);
+        put_at(&follower, 2, "more", "y", 0);
+        follower.commit(true).unwrap();
+        drop(follower);
+        let reopened = Store::open(&dir.path().join("follower.db")).unwrap();
+        assert_eq!(all(&reopened).len(), 2);
     }
 
     #[test]

@@ -117,6 +117,7 @@ impl Store {
     /// Creates or opens the file and rebuilds the key index from it.
     pub fn open(path: &Path) -> Result<Store, MvccError> {
         crate::defrag::remove_leftover(path);
+        crate::snapshot::remove_leftover(path);
         let (db, loaded) = backend::without_panics(path, || {
             let db = backend::open_database(path)?;
             let loaded = backend::load(&db)?;
@@ -124,7 +125,7 @@ impl Store {
         })?;
         let compact_revision = loaded.compact_revision.max(NO_COMPACTION);
         let scheduled = loaded.scheduled_compact_revision;
-        let size = std::fs::metadata(path).map(|m| m.len() as i64).unwrap_or(0);
+        let size = stored_size(path).map_or(0, |(_, stored)| stored);
         let store = Store {
             db: RwLock::new(Arc::new(db)),
             defragmenting: AtomicBool::new(false),
@@ -544,15 +545,28 @@ impl Store {
         pending.records.len() + pending.deletions.len()
     }
 
-    /// Size of the file on disk.
+    /// Size of the file on disk (etcd's backend Size, bbolt's high-water
+    /// mark of pages): the blocks it holds, not its length. redb grows a
+    /// file by doubling it up to 4 GiB and by 4 GiB beyond, and the grown
+    /// part stays a hole until pages are written there: counted, it would
+    /// raise the NOSPACE alarm gigabytes before etcd does (a 4.1 GB
+    /// database in an 8 GiB file), and show a defragmented file twice its
+    /// size after the first commit. The pages of commits since the last
+    /// durable one may still wait in redb's write buffer (at most half of
+    /// [`backend::CACHE_BYTES`]): those count once written, or as the bytes
+    /// in use if that is more.
     pub fn db_size(&self) -> i64 {
         self.file_size.load(Ordering::Relaxed)
     }
 
-    /// Re-reads the file's size after something wrote the file.
+    /// Re-reads the file's size after something wrote the file: the bytes
+    /// it holds on disk, at least the pages in use (a commit's pages may
+    /// still be in redb's write buffer), at most its length.
     pub(crate) fn refresh_file_size(&self) {
-        if let Ok(meta) = std::fs::metadata(&self.path) {
-            self.file_size.store(meta.len() as i64, Ordering::Relaxed);
+        if let Some((len, stored)) = stored_size(&self.path) {
+            let in_use = self.size_in_use.load(Ordering::Relaxed);
+            self.file_size
+                .store(stored.max(in_use).min(len), Ordering::Relaxed);
         }
     }
 
@@ -738,3 +752,14 @@ impl Store {
 
 /// Told of damaged data a read met: see [`Store::set_corruption_observer`].
 pub type CorruptionObserver = Arc<dyn Fn(&MvccError) + Send + Sync>;
+
+/// The length of the file at `path` and the bytes it holds on disk (its
+/// allocated blocks, at most its length; the length where the file system
+/// reports no blocks).
+pub(crate) fn stored_size(path: &Path) -> Option<(i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    let len = meta.len() as i64;
+    let blocks = (meta.blocks() as i64).saturating_mul(512);
+    Some((len, if blocks > 0 { blocks.min(len) } else { len }))
+}

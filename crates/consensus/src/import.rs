@@ -51,7 +51,7 @@ pub fn import_log(
         )));
     }
     if base_index > 0 {
-        Snapshotter::new(&member_dir.join("snap"))?.save(base, None)?;
+        Snapshotter::new(&member_dir.join("snap"))?.save(base, u64::MAX, None)?;
     }
     let mut wal = Wal::create(wal_dir, metadata, WalOptions::default())?;
     if base_index > 0 {

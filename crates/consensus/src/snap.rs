@@ -225,11 +225,15 @@ impl Snapshotter {
     }
 
     /// Durably writes `snapshot` and deletes all but the newest few (the
-    /// retention, [`KEEP_SNAPSHOTS`] unless set).
+    /// retention, [`KEEP_SNAPSHOTS`] unless set). Received backends above
+    /// `applied` stay whatever their age: the apply side has yet to install
+    /// them (raft runs ahead of apply here, where etcd's raft loop waits for
+    /// it before it saves the next snapshot).
     /// Tells `observer` how long encoding, fsync and the whole save took.
     pub(crate) fn save(
         &self,
         snapshot: &Snapshot,
+        applied: u64,
         observer: Option<&crate::Observer>,
     ) -> Result<PathBuf, SnapError> {
         let started = std::time::Instant::now();
@@ -250,17 +254,18 @@ impl Snapshotter {
         if let Some(observer) = observer {
             observer.0.snap_saved(marshalling, fsync, started.elapsed());
         }
-        self.release_snap_dbs(meta.index);
-        self.purge();
+        self.release_snap_dbs(meta.index, applied);
+        self.purge(applied);
         Ok(path)
     }
 
     /// etcd's `ReleaseSnapDBs`, run when a snapshot at `index` is saved:
     /// a backend received for an older snapshot (`<index>.snap.db`) will
-    /// never be installed.
-    fn release_snap_dbs(&self, index: u64) {
+    /// never be installed, unless it is above `applied` (queued for
+    /// install: see [`Snapshotter::save`]).
+    fn release_snap_dbs(&self, index: u64, applied: u64) {
         for (db_index, path) in self.received_dbs() {
-            if db_index < index {
+            if db_index < index && db_index <= applied {
                 tracing::info!(path = %path.display(), "found orphaned .snap.db file; deleting");
                 if let Err(e) = fs::remove_file(&path) {
                     if e.kind() != io::ErrorKind::NotFound {
@@ -304,8 +309,9 @@ impl Snapshotter {
     /// etcd's purges of the snap dir with `--max-snapshots`: the oldest
     /// `.snap` files, and the oldest received `.snap.db` files, go while
     /// there are more than `keep` of them (0: none goes). A file that
-    /// cannot be removed is left, with a warning.
-    pub(crate) fn purge(&self) {
+    /// cannot be removed is left, with a warning. A received backend above
+    /// `applied` is never purged (queued for install).
+    pub(crate) fn purge(&self, applied: u64) {
         if self.keep == 0 {
             return;
         }
@@ -314,8 +320,10 @@ impl Snapshotter {
             Err(e) => tracing::warn!(path = %path.display(), error = %e, "failed to remove file"),
         };
         let dbs = self.received_dbs();
-        for (_, path) in dbs.iter().take(dbs.len().saturating_sub(self.keep)) {
-            remove(path);
+        for (index, path) in dbs.iter().take(dbs.len().saturating_sub(self.keep)) {
+            if *index <= applied {
+                remove(path);
+            }
         }
         match self.list() {
             Ok(snaps) => {
@@ -368,7 +376,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let snapper = Snapshotter::new(dir.path()).unwrap();
         let s = snapshot(3, 10_000, vec![1, 2, 3]);
-        let path = snapper.save(&s, None).unwrap();
+        let path = snapper.save(&s, u64::MAX, None).unwrap();
         assert_eq!(
             path.file_name().unwrap().to_str().unwrap(),
             "0000000000000003-0000000000002710.snap"
@@ -384,7 +392,9 @@ mod tests {
         let snapper = Snapshotter::new(dir.path()).unwrap();
         fs::write(dir.path().join("db"), b"backend").unwrap();
         for i in 1..=8u64 {
-            snapper.save(&snapshot(2, i * 100, vec![1]), None).unwrap();
+            snapper
+                .save(&snapshot(2, i * 100, vec![1]), u64::MAX, None)
+                .unwrap();
         }
         let files = snapper.list().unwrap();
         assert_eq!(files.len(), KEEP_SNAPSHOTS);
@@ -406,10 +416,39 @@ mod tests {
             let mut snapper = Snapshotter::new(dir.path()).unwrap();
             snapper.set_retention(keep);
             for i in 1..=8u64 {
-                snapper.save(&snapshot(2, i * 100, vec![1]), None).unwrap();
+                snapper
+                    .save(&snapshot(2, i * 100, vec![1]), u64::MAX, None)
+                    .unwrap();
             }
             assert_eq!(snapper.list().unwrap().len(), left, "keep {keep}");
         }
+    }
+
+    #[test]
+    fn a_received_backend_not_yet_applied_stays_when_a_newer_snapshot_is_saved() {
+        // Two snapshots from the leader in a row: raft saves the second
+        // before the apply side installed the first (it runs ahead of
+        // apply). The first one's backend must stay until it is installed.
+        let dir = tempfile::tempdir().unwrap();
+        let mut snapper = Snapshotter::new(dir.path()).unwrap();
+        snapper.set_retention(1);
+        let db = |index: u64| dir.path().join(format!("{index:016x}.snap.db"));
+        for index in [100, 1254, 1261] {
+            fs::write(db(index), b"backend").unwrap();
+        }
+        snapper
+            .save(&snapshot(1, 1261, vec![1]), 497, None)
+            .unwrap();
+        assert!(
+            !db(100).exists(),
+            "below applied and the snapshot: orphaned"
+        );
+        assert!(db(1254).exists() && db(1261).exists());
+        // once applied, an older one goes
+        snapper
+            .save(&snapshot(1, 1300, vec![1]), 1261, None)
+            .unwrap();
+        assert!(!db(1254).exists());
     }
 
     #[test]
@@ -421,19 +460,23 @@ mod tests {
             fs::write(db(index), b"backend").unwrap();
         }
         // etcd's ReleaseSnapDBs: below the saved snapshot, never installed
-        snapper.save(&snapshot(2, 200, vec![1]), None).unwrap();
+        snapper
+            .save(&snapshot(2, 200, vec![1]), u64::MAX, None)
+            .unwrap();
         assert!(!db(100).exists());
         assert!(db(200).exists() && db(300).exists());
         // and its purge: the newest --max-snapshots of them stay
         snapper.set_retention(1);
-        snapper.purge();
+        snapper.purge(u64::MAX);
         assert!(!db(200).exists() && db(300).exists());
         assert!(dir.path().join(snap_name(2, 200)).exists());
         // 0 keeps all
         fs::write(db(400), b"backend").unwrap();
         snapper.set_retention(0);
-        snapper.save(&snapshot(2, 250, vec![1]), None).unwrap();
-        snapper.purge();
+        snapper
+            .save(&snapshot(2, 250, vec![1]), u64::MAX, None)
+            .unwrap();
+        snapper.purge(u64::MAX);
         assert!(db(300).exists() && db(400).exists());
         assert_eq!(snapper.list().unwrap().len(), 2);
     }
@@ -442,8 +485,12 @@ mod tests {
     fn snap_broken_newest_file_falls_back_to_the_previous() {
         let dir = tempfile::tempdir().unwrap();
         let snapper = Snapshotter::new(dir.path()).unwrap();
-        snapper.save(&snapshot(1, 100, vec![1]), None).unwrap();
-        let newest = snapper.save(&snapshot(1, 200, vec![1]), None).unwrap();
+        snapper
+            .save(&snapshot(1, 100, vec![1]), u64::MAX, None)
+            .unwrap();
+        let newest = snapper
+            .save(&snapshot(1, 200, vec![1]), u64::MAX, None)
+            .unwrap();
         let mut bytes = fs::read(&newest).unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 0xff;
@@ -457,12 +504,14 @@ mod tests {
     fn snap_file_with_a_configuration_raft_cannot_restore_is_set_aside() {
         let dir = tempfile::tempdir().unwrap();
         let snapper = Snapshotter::new(dir.path()).unwrap();
-        snapper.save(&snapshot(1, 100, vec![1]), None).unwrap();
+        snapper
+            .save(&snapshot(1, 100, vec![1]), u64::MAX, None)
+            .unwrap();
         // sound bytes, CRC and all, but a learner that is also a voter:
         // raft-rs's restore panics on it ("invalid restore")
         let mut bad = snapshot(1, 200, vec![1, 2]);
         bad.mut_metadata().mut_conf_state().learners = vec![2];
-        let newest = snapper.save(&bad, None).unwrap();
+        let newest = snapper.save(&bad, u64::MAX, None).unwrap();
         assert!(decode(&encode(&bad))
             .unwrap_err()
             .starts_with("configuration raft cannot restore"));

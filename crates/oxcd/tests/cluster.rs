@@ -567,8 +567,9 @@ async fn watch_on_a_follower_never_skips_a_revision_across_a_snapshot_install() 
     let total = BEFORE + WHILE_PAUSED + AFTER;
     assert!(
         collect_events(&mut stream, &mut seen, total).await,
-        "got {} of {total} events",
-        seen.len()
+        "got {} of {total} events; the watched member's log:\n{}",
+        seen.len(),
+        cluster.members[watched].as_ref().unwrap().log_text()
     );
     let log = cluster.members[watched].as_ref().unwrap().log_text();
     assert!(

@@ -127,7 +127,7 @@ impl Node {
             tracing::info!(dir = %wal_dir.display(), suffix = "wal", max = options.wal.max_files,
                 "started to purge file");
         }
-        snapper.purge();
+        snapper.purge(cfg.applied);
         wal.purge()?;
         let node = Node {
             core,
@@ -331,7 +331,10 @@ impl Node {
     fn save_snapshot(&mut self, snapshot: &Snapshot) -> Result<std::path::PathBuf, ConsensusError> {
         let meta = snapshot.get_metadata();
         crate::fail_point!("raftBeforeSaveSnap");
-        let path = self.snapper.save(snapshot, self.observer.as_ref())?;
+        let applied = self.shared.applied.load(Ordering::Acquire);
+        let path = self
+            .snapper
+            .save(snapshot, applied, self.observer.as_ref())?;
         self.wal.save_snapshot(SnapshotMarker {
             term: meta.term,
             index: meta.index,

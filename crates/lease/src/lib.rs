@@ -181,6 +181,17 @@ impl Lessor {
         self.changed.notify_waiters();
     }
 
+    /// Every key attached to a lease, with its lease (what [`Lessor::recover`]
+    /// takes back).
+    pub fn leased_keys(&self) -> Vec<(Bytes, i64)> {
+        let state = self.state.lock();
+        state
+            .key_leases
+            .iter()
+            .map(|(key, id)| (key.clone(), *id))
+            .collect()
+    }
+
     pub fn exists(&self, id: i64) -> bool {
         self.state.lock().leases.contains_key(&id)
     }

@@ -226,6 +226,8 @@ pub(crate) fn create_private(builder: &redb::Builder, path: &Path) -> Result<Dat
     })
 }
 
+/// Opens the store's file, every page checked; any key index checkpoint is
+/// deleted in the open's transaction (see [`crate::index_checkpoint`]).
 pub(crate) fn open_database(path: &Path) -> Result<Database, MvccError> {
     // Every page's checksum verified at open (a full read of the file:
     // +80 ms on a 65 MiB one whose key index rebuild takes 700). redb
@@ -259,6 +261,7 @@ pub(crate) fn open_database(path: &Path) -> Result<Database, MvccError> {
         }
     }
     upgrade_format(&txn)?;
+    crate::index_checkpoint::drop_in(&txn)?;
     txn.commit().map_err(backend_error)?;
     Ok(db)
 }
@@ -343,7 +346,16 @@ pub(crate) fn load(db: &Database) -> Result<Loaded, MvccError> {
 }
 
 /// [`load`] from any redb handle (a read-only one too).
-fn load_from(db: &impl ReadableDatabase) -> Result<Loaded, MvccError> {
+/// The marks of the meta table a load needs.
+pub(crate) struct Meta {
+    pub consistent_index: u64,
+    /// -1: never compacted (compact(0) is then still accepted, as etcd).
+    pub compact_revision: i64,
+    /// A compaction recorded but not finished.
+    pub scheduled_compact_revision: Option<i64>,
+}
+
+pub(crate) fn read_meta(db: &impl ReadableDatabase) -> Result<Meta, MvccError> {
     let txn = db.begin_read().map_err(backend_error)?;
     let meta = txn.open_table(META_TABLE).map_err(backend_error)?;
     let get = |name: &str| -> Result<Option<i64>, MvccError> {
@@ -352,12 +364,41 @@ fn load_from(db: &impl ReadableDatabase) -> Result<Loaded, MvccError> {
             None => Ok(None),
         }
     };
-    let consistent_index = get(META_CONSISTENT_INDEX)?.unwrap_or(0) as u64;
-    // -1: never compacted (compact(0) is then still accepted, as etcd).
     let compact_revision = get(META_FINISHED_COMPACT_REV)?.unwrap_or(-1);
-    let scheduled_compact_revision =
-        get(META_SCHEDULED_COMPACT_REV)?.filter(|s| *s > compact_revision);
+    Ok(Meta {
+        consistent_index: get(META_CONSISTENT_INDEX)?.unwrap_or(0) as u64,
+        compact_revision,
+        scheduled_compact_revision: get(META_SCHEDULED_COMPACT_REV)?
+            .filter(|s| *s > compact_revision),
+    })
+}
 
+/// Reads the meta and side tables through once: redb checks a page as it
+/// reads it and panics on some damage (an invalid key), which the caller's
+/// `without_panics` turns into refusing the file at open rather than a
+/// panic in a later read of it (a hash, a side-table lookup).
+pub(crate) fn read_small_tables(db: &impl ReadableDatabase) -> Result<(), MvccError> {
+    {
+        let txn = db.begin_read().map_err(backend_error)?;
+        let meta = txn.open_table(META_TABLE).map_err(backend_error)?;
+        for row in meta.iter().map_err(backend_error)? {
+            let (k, v) = row.map_err(backend_error)?;
+            let _ = (k.value(), v.value());
+        }
+    }
+    for side in SideTable::ALL {
+        load_side_from(db, side)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn load_from(db: &impl ReadableDatabase) -> Result<Loaded, MvccError> {
+    let Meta {
+        consistent_index,
+        compact_revision,
+        scheduled_compact_revision,
+    } = read_meta(db)?;
+    let txn = db.begin_read().map_err(backend_error)?;
     let table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
     let mut index = KeyIndexTree::default();
     let mut current_revision = 0;
@@ -380,17 +421,9 @@ fn load_from(db: &impl ReadableDatabase) -> Result<Loaded, MvccError> {
         }
     }
     index.repack();
-    // The other tables are read through once too: redb checks a page as
-    // it reads it and panics on some damage (an invalid key), which the
-    // caller's `without_panics` turns into refusing the file here rather
-    // than a panic in a later read of it (a hash, a side-table lookup).
-    for row in meta.iter().map_err(backend_error)? {
-        let (k, v) = row.map_err(backend_error)?;
-        let _ = (k.value(), v.value());
-    }
-    for side in SideTable::ALL {
-        load_side_from(db, side)?;
-    }
+    drop(table);
+    drop(txn);
+    read_small_tables(db)?;
     Ok(Loaded {
         index,
         current_revision: current_revision.max(compact_revision),

@@ -573,6 +573,186 @@ impl KeyIndexTree {
     }
 }
 
+/// Writes `v` as a LEB128 varint.
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Writes `v` zigzag-encoded (small negatives stay short).
+pub(crate) fn put_signed(out: &mut Vec<u8>, v: i64) {
+    put_varint(out, ((v << 1) ^ (v >> 63)) as u64);
+}
+
+/// Reads what [`put_varint`] and [`put_signed`] wrote, bounds-checked.
+pub(crate) struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Reader<'a> {
+        Reader { bytes, pos: 0 }
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        self.pos == self.bytes.len()
+    }
+
+    pub(crate) fn varint(&mut self) -> Result<u64, String> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = *self.bytes.get(self.pos).ok_or("truncated")?;
+            self.pos += 1;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err("overlong varint".into())
+    }
+
+    pub(crate) fn signed(&mut self) -> Result<i64, String> {
+        let v = self.varint()?;
+        Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
+    }
+
+    /// A count of items that each take at least one byte (so a damaged
+    /// count cannot make the caller reserve more than the bytes left).
+    pub(crate) fn count(&mut self) -> Result<usize, String> {
+        let n = self.varint()?;
+        usize::try_from(n)
+            .ok()
+            .filter(|n| *n <= self.bytes.len() - self.pos)
+            .ok_or_else(|| format!("count {n} past the end"))
+    }
+
+    pub(crate) fn slice(&mut self) -> Result<&'a [u8], String> {
+        let len = self.count()?;
+        let slice = &self.bytes[self.pos..self.pos + len];
+        self.pos += len;
+        Ok(slice)
+    }
+
+    fn byte(&mut self) -> Result<u8, String> {
+        let byte = *self.bytes.get(self.pos).ok_or("truncated")?;
+        self.pos += 1;
+        Ok(byte)
+    }
+}
+
+impl KeyIndexTree {
+    /// Appends the whole index to `out` ([`KeyIndexTree::decode`] reads it
+    /// back as it was): for each key in order, its bytes and its history in
+    /// its exact shape.
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        put_varint(out, self.keys.len() as u64);
+        for (key, index) in &self.keys {
+            let key = key.as_slice();
+            put_varint(out, key.len() as u64);
+            out.extend_from_slice(key);
+            match &index.repr {
+                Repr::Single {
+                    main,
+                    created,
+                    version,
+                    sub,
+                } => {
+                    out.push(0);
+                    put_signed(out, *main);
+                    put_signed(out, *created);
+                    put_signed(out, *version);
+                    put_varint(out, u64::from(*sub));
+                }
+                Repr::Generations(generations) => {
+                    out.push(1);
+                    put_varint(out, generations.len() as u64);
+                    for generation in generations {
+                        put_signed(out, generation.created);
+                        put_signed(out, generation.version);
+                        put_varint(out, generation.revisions.len() as u64);
+                        for revision in &generation.revisions {
+                            put_signed(out, revision.main);
+                            put_signed(out, revision.sub);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads an index [`KeyIndexTree::encode`] wrote. Refuses keys out of
+    /// order, a key without a generation or with revisions that do not
+    /// grow: what a scan of the file could never have built.
+    pub(crate) fn decode(reader: &mut Reader<'_>) -> Result<KeyIndexTree, String> {
+        let n = reader.count()?;
+        let mut entries: Vec<(IndexKey, KeyIndex)> = Vec::with_capacity(n);
+        for _ in 0..n {
+            let key = reader.slice()?;
+            if let Some((last, _)) = entries.last() {
+                if last.as_slice() >= key {
+                    return Err("keys out of order".into());
+                }
+            }
+            let index = match reader.byte()? {
+                0 => {
+                    let (main, created, version) =
+                        (reader.signed()?, reader.signed()?, reader.signed()?);
+                    let sub = u32::try_from(reader.varint()?).map_err(|_| "sub past 32 bits")?;
+                    KeyIndex {
+                        repr: Repr::Single {
+                            main,
+                            created,
+                            version,
+                            sub,
+                        },
+                    }
+                }
+                1 => {
+                    let count = reader.count()?;
+                    if count == 0 {
+                        return Err("a key without a generation".into());
+                    }
+                    let mut generations = Vec::with_capacity(count);
+                    let mut last: Option<Revision> = None;
+                    for _ in 0..count {
+                        let (created, version) = (reader.signed()?, reader.signed()?);
+                        let revisions_len = reader.count()?;
+                        let mut revisions = Vec::with_capacity(revisions_len);
+                        for _ in 0..revisions_len {
+                            let revision = Revision::new(reader.signed()?, reader.signed()?);
+                            if last.is_some_and(|last| revision <= last) {
+                                return Err("revisions that do not grow".into());
+                            }
+                            last = Some(revision);
+                            revisions.push(revision);
+                        }
+                        generations.push(Generation {
+                            created,
+                            version,
+                            revisions,
+                        });
+                    }
+                    let mut index = KeyIndex {
+                        repr: Repr::Generations(generations),
+                    };
+                    index.normalize();
+                    index
+                }
+                shape => return Err(format!("unknown key shape {shape}")),
+            };
+            entries.push((IndexKey::new(key), index));
+        }
+        // sorted already: a bulk build, full nodes (as `repack`)
+        Ok(KeyIndexTree {
+            keys: entries.into_iter().collect(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

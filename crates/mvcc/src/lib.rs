@@ -106,7 +106,10 @@
 //!   leave the file at the next commit together with `finishedCompactRev`.
 //! * On open, the index is rebuilt from the `key` table; the current revision
 //!   is the highest revision in it, or the finished compaction revision if
-//!   higher, or 1. Uncommitted writes are lost: the WAL replays them.
+//!   higher, or 1. Uncommitted writes are lost: the WAL replays them. After
+//!   a clean stop ([`Store::close`]) the index is read from the table
+//!   `oxcd_index_checkpoint` instead (see [`index_checkpoint`]), which the
+//!   open deletes.
 
 mod backend;
 mod compaction;
@@ -114,6 +117,7 @@ mod defrag;
 pub mod etcd_backend;
 mod flush;
 mod hash;
+mod index_checkpoint;
 pub mod key_index;
 mod range;
 pub mod revision;

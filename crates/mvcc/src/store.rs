@@ -88,6 +88,9 @@ pub struct Store {
     corruption_observer: std::sync::OnceLock<CorruptionObserver>,
     /// Set while a defragmentation copies the file: commits are deferred.
     pub(crate) defragmenting: AtomicBool,
+    /// Set by [`Store::close`] once the file holds a key index checkpoint:
+    /// the next commit deletes it first (see [`crate::index_checkpoint`]).
+    pub(crate) index_saved: AtomicBool,
     /// Serializes defragmentation with backups and snapshot installs.
     pub(crate) defrag_lock: Mutex<()>,
     /// Leased live keys found by the last load, until the lessor takes them.
@@ -119,6 +122,16 @@ impl Store {
         crate::defrag::remove_leftover(path);
         crate::snapshot::remove_leftover(path);
         let (db, loaded) = backend::without_panics(path, || {
+            // a clean stop's checkpoint: no scan (every page is still
+            // checked)
+            if let Some(loaded) = crate::index_checkpoint::load(path)? {
+                tracing::info!(
+                    keys = loaded.index.len(),
+                    "read the key index checkpoint of a clean stop"
+                );
+                let db = backend::open_database(path)?;
+                return Ok((db, loaded));
+            }
             let db = backend::open_database(path)?;
             let loaded = backend::load(&db)?;
             Ok((db, loaded))
@@ -129,6 +142,7 @@ impl Store {
         let store = Store {
             db: RwLock::new(Arc::new(db)),
             defragmenting: AtomicBool::new(false),
+            index_saved: AtomicBool::new(false),
             defrag_lock: Mutex::new(()),
             compaction_hashes: Arc::default(),
             compaction_backlog: Mutex::default(),
@@ -447,6 +461,12 @@ impl Store {
             crate::fail_point!("compactBeforeCommitBatch");
         }
         crate::fail_point!("beforeCommit");
+        if self.index_saved.swap(false, Ordering::AcqRel) {
+            // a commit after [`Store::close`]: its checkpoint goes first
+            let txn = self.db().begin_write().map_err(backend::backend_error)?;
+            crate::index_checkpoint::drop_in(&txn)?;
+            txn.commit().map_err(backend::backend_error)?;
+        }
         let started = std::time::Instant::now();
         let in_use = backend::commit_batch(
             &self.db(),

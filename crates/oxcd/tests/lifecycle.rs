@@ -377,3 +377,66 @@ fn a_damaged_backend_file_is_refused_with_a_message_naming_it_never_a_panic() {
     let (ok, out) = etcdctl(m.host_port(), &["get", "key150", "--print-value-only"]);
     assert!(ok && out.starts_with("value-150-"), "{out}");
 }
+
+#[test]
+fn a_clean_stop_saves_the_key_index_and_the_restart_reads_it_leases_and_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
+    let ep = m.host_port().to_string();
+    let (ok, out) = etcdctl(&ep, &["lease", "grant", "600"]);
+    assert!(ok, "{out}");
+    let lease = out.split_whitespace().nth(1).unwrap().to_string();
+    for i in 0..20 {
+        assert!(
+            etcdctl(
+                &ep,
+                &["put", &format!("leased{i:02}"), "v", "--lease", &lease]
+            )
+            .0
+        );
+        assert!(etcdctl(&ep, &["put", &format!("plain{i:02}"), "v1"]).0);
+        assert!(etcdctl(&ep, &["put", &format!("plain{i:02}"), "v2"]).0);
+    }
+    assert!(etcdctl(&ep, &["del", "plain0", "--prefix"]).0);
+    let (_, revision) = etcdctl(&ep, &["get", "x", "-w", "json"]);
+    let status = m.terminate(Duration::from_secs(20)).expect("exits");
+    assert!(status.success());
+    assert!(
+        m.log_text().contains("saved the key index checkpoint"),
+        "{}",
+        m.log_text()
+    );
+
+    let m = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
+    let ep = m.host_port().to_string();
+    let (_, after) = etcdctl(&ep, &["get", "x", "-w", "json"]);
+    assert!(
+        m.log_text()
+            .contains("read the key index checkpoint of a clean stop"),
+        "{}",
+        m.log_text()
+    );
+    let rev = |json: &str| {
+        let at = json.find("\"revision\":").unwrap() + 11;
+        json[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(rev(&after), rev(&revision));
+    let (ok, out) = etcdctl(&ep, &["get", "plain", "--prefix", "--keys-only"]);
+    assert!(ok && out.split_whitespace().count() == 10, "{out}");
+    // history survives too: the first version of a key still there
+    let (ok, out) = etcdctl(&ep, &["get", "plain15", "--rev", "4", "-w", "json"]);
+    assert!(ok, "{out}");
+    // the lease still owns its keys: revoking it deletes them
+    let (ok, out) = etcdctl(&ep, &["lease", "timetolive", &lease, "--keys"]);
+    assert!(
+        ok && out.contains("attached keys") && out.contains("leased19"),
+        "{out}"
+    );
+    assert!(etcdctl(&ep, &["lease", "revoke", &lease]).0);
+    let (ok, out) = etcdctl(&ep, &["get", "leased", "--prefix", "--keys-only"]);
+    assert!(ok && out.trim().is_empty(), "{out}");
+}

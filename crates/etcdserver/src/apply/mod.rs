@@ -280,7 +280,15 @@ impl Applier {
         // replays the rest after a restart). After a backend failure this
         // fails again, which changes nothing.
         let _busy = self.busy.lock();
-        if let Err(e) = self.machine.store.commit(true) {
+        let closed = if self.is_halted() {
+            self.machine.store.commit(true)
+        } else {
+            // with the key index, which the next start reads instead of
+            // every record
+            let leased = self.machine.lessor.leased_keys();
+            self.machine.store.close(&leased)
+        };
+        if let Err(e) = closed {
             tracing::warn!(error = %e, "final backend commit failed");
         }
     }

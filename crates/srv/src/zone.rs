@@ -150,12 +150,28 @@ pub struct Server {
     threads: Vec<JoinHandle<()>>,
 }
 
+/// A UDP socket and a TCP listener on the same port. Port 0 picks one
+/// free for UDP, which a TCP socket may hold (a CI run's outgoing
+/// connection): another is tried then.
+fn bind_both(addr: SocketAddr) -> io::Result<(UdpSocket, TcpListener)> {
+    let mut attempts = 0;
+    loop {
+        let udp = UdpSocket::bind(addr)?;
+        match TcpListener::bind(udp.local_addr()?) {
+            Ok(tcp) => return Ok((udp, tcp)),
+            Err(e) if addr.port() == 0 && e.kind() == io::ErrorKind::AddrInUse && attempts < 20 => {
+                attempts += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 impl Server {
     /// Serves `zone` on `addr` (port 0: one free port for both).
     pub fn start(addr: SocketAddr, zone: Zone) -> io::Result<Server> {
-        let udp = UdpSocket::bind(addr)?;
+        let (udp, tcp) = bind_both(addr)?;
         let addr = udp.local_addr()?;
-        let tcp = TcpListener::bind(addr)?;
         udp.set_read_timeout(Some(STOP_POLL))?;
         tcp.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));

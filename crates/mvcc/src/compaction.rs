@@ -187,8 +187,9 @@ impl Store {
     /// while deletions remain. A commit deferred by a defragmentation
     /// keeps the batch pending for the commit after the swap.
     pub(crate) fn delete_compacted_batch(&self, limit: usize) -> Result<bool, MvccError> {
+        let started = Instant::now();
         let _writer = self.writer.lock();
-        {
+        let finished = {
             let mut backlog = self.compaction_backlog.lock();
             let Some(job) = backlog.jobs.front_mut() else {
                 return Ok(false);
@@ -206,10 +207,16 @@ impl Store {
                 backlog.jobs.pop_front();
             }
             pending.dirty = true;
-        }
+            finished
+        };
         match self.commit_locked(false) {
             Ok(()) | Err(MvccError::Deferred) => {}
             Err(e) => return Err(e),
+        }
+        if !finished {
+            if let Some(observer) = self.compaction_observer.get() {
+                observer.db_compaction_batch(started.elapsed());
+            }
         }
         Ok(!self.compaction_backlog.lock().is_empty())
     }
@@ -311,6 +318,40 @@ mod tests {
         put_at(&store, 30, "k0", b"after", 0);
         store.commit(true).unwrap();
         assert_eq!(records_in_file(&store), 11);
+    }
+
+    #[test]
+    fn every_batch_but_the_last_is_observed_as_a_pause_and_the_last_as_the_total() {
+        #[derive(Default)]
+        struct Seen {
+            pauses: std::sync::atomic::AtomicUsize,
+            totals: std::sync::atomic::AtomicUsize,
+        }
+        impl crate::CompactionObserver for Seen {
+            fn index_compacted(&self, _: Duration) {}
+            fn db_compaction_batch(&self, _: Duration) {
+                self.pauses
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            fn db_compacted(&self, _: Duration) {
+                self.totals
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let store = loaded(&dir.path().join("db"));
+        let seen = Arc::new(Seen::default());
+        store.set_compaction_observer(seen.clone());
+        start_compactor(&store, 3, Duration::from_millis(1));
+        // 10 records dropped: batches of 3, 3, 3 and the last 1 (etcd
+        // observes the pause of each batch but the one that finishes)
+        store.compact(21, 21).unwrap();
+        wait_for("the compaction to finish", || {
+            store.finished_compact_revision() == 21
+        });
+        let count =
+            |a: &std::sync::atomic::AtomicUsize| a.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!((count(&seen.pauses), count(&seen.totals)), (3, 1));
     }
 
     #[test]

@@ -16,11 +16,15 @@ use std::time::Duration;
 pub trait CompactionObserver: Send + Sync {
     /// The key index was compacted, holding the index's lock for `pause`.
     fn index_compacted(&self, pause: Duration);
-    /// A compaction's deletions committed: the backend commit that carried
-    /// them took `pause` (etcd's per-batch pause; here one batch), `total`
-    /// since the compaction began (a later compaction before that commit
-    /// shares it and is not reported on its own).
-    fn db_compacted(&self, pause: Duration, total: Duration);
+    /// A batch of a compaction's deletions that is not its last committed,
+    /// holding writes up for `pause` (waiting for the writer lock, the
+    /// deletes and their commit: etcd observes its pause for each such
+    /// batch, not for the last one).
+    fn db_compaction_batch(&self, pause: Duration);
+    /// A compaction's last deletions committed, `total` since the
+    /// compaction began (a later compaction before that commit shares it
+    /// and is not reported on its own).
+    fn db_compacted(&self, total: Duration);
 }
 
 /// Watch events handed to streams' queues and taken from them by the

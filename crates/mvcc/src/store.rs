@@ -79,7 +79,7 @@ pub struct Store {
     pub(crate) watch: crate::watch::WatchHub,
     /// Told how long each backend commit took (metrics live above mvcc).
     commit_observer: std::sync::OnceLock<CommitObserver>,
-    compaction_observer: std::sync::OnceLock<Arc<dyn crate::CompactionObserver>>,
+    pub(crate) compaction_observer: std::sync::OnceLock<Arc<dyn crate::CompactionObserver>>,
     /// When the compaction whose deletions the next commit carries began.
     pub(crate) compacting_since: Mutex<Option<std::time::Instant>>,
     /// Read transactions open on the file (range reads, hashes, watch
@@ -489,7 +489,7 @@ impl Store {
         let compacted_since = if finished_revision.is_some() {
             let since = self.compacting_since.lock().take();
             if let (Some(observer), Some(since)) = (self.compaction_observer.get(), since) {
-                observer.db_compacted(started.elapsed(), since.elapsed());
+                observer.db_compacted(since.elapsed());
             }
             since
         } else {

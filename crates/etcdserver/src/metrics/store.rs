@@ -94,8 +94,11 @@ impl mvcc::CompactionObserver for CompactionMetrics {
         self.index_pause.observe(whole_millis(pause));
     }
 
-    fn db_compacted(&self, pause: Duration, total: Duration) {
+    fn db_compaction_batch(&self, pause: Duration) {
         self.db_pause.observe(whole_millis(pause));
+    }
+
+    fn db_compacted(&self, total: Duration) {
         self.db_total.observe(whole_millis(total));
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)

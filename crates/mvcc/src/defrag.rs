@@ -135,14 +135,17 @@ impl Store {
     fn copy_compactly(&self, tmp: &Path) -> Result<Database, MvccError> {
         let _ = std::fs::remove_file(tmp);
         let snapshot = self.db().begin_read().map_err(backend_error)?;
-        let mut copy = crate::backend::create_private(&crate::backend::builder(), tmp)?;
+        let copy = crate::backend::create_private(&crate::backend::builder(), tmp)?;
         let mut txn = copy.begin_write().map_err(backend_error)?;
         txn.set_durability(Durability::Immediate)
             .map_err(backend_error)?;
         copy_all(&snapshot, &txn)?;
         txn.commit().map_err(backend_error)?;
         drop(snapshot);
-        copy.compact().map_err(backend_error)?;
+        // No redb compact() of the copy: records written in order leave
+        // nothing to move, and the file's grown part is a hole the size
+        // counts not (Store::db_size). It rewrote the whole copy: at
+        // 835 MB, 7.6 s of a 17.4 s defrag, for the same size held.
         let stats = copy.begin_write().map_err(backend_error)?;
         let in_use = crate::backend::size_in_use(&stats)?;
         stats.abort().map_err(backend_error)?;

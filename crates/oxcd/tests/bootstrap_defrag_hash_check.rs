@@ -19,10 +19,12 @@ fn field(line: &str, name: &str) -> Option<String> {
     }
 }
 
+/// The backend file's bytes on disk, as the member counts its size (the
+/// blocks it holds: redb's grown part is a hole).
 fn db_size(data_dir: &Path) -> u64 {
-    std::fs::metadata(data_dir.join("member/snap/db"))
-        .expect("backend file")
-        .len()
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(data_dir.join("member/snap/db")).expect("backend file");
+    (meta.blocks() * 512).min(meta.len())
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -109,9 +111,14 @@ async fn bootstrap_defrag_runs_only_past_its_threshold() {
     assert!(finished < position("ready to serve client requests").unwrap());
     let after = db_size(&data);
     assert!(after < before, "db {before} bytes, {after} after");
-    assert_eq!(
-        field(&lines[finished], "current-db-size-bytes"),
-        Some(after.to_string())
+    // as logged, give or take what the commits since wrote
+    let logged: u64 = field(&lines[finished], "current-db-size-bytes")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        logged.abs_diff(after) < 256 * 1024,
+        "logged {logged}, file {after}"
     );
     // the data is still served
     let mut c = Client::connect([m.endpoint.clone()], None).await.unwrap();

@@ -444,7 +444,7 @@ pub struct KeyValueFields<'a> {
     pub lease: i64,
 }
 
-fn read_varint(bytes: &[u8], pos: &mut usize) -> Result<u64, MvccError> {
+pub(crate) fn read_varint(bytes: &[u8], pos: &mut usize) -> Result<u64, MvccError> {
     let mut value = 0u64;
     for shift in (0..64).step_by(7) {
         let Some(&byte) = bytes.get(*pos) else {

@@ -34,10 +34,16 @@ pub struct DefragStats {
     pub swap_time: Duration,
 }
 
-fn temporary_path(path: &Path) -> PathBuf {
+/// `path` with `suffix` appended to its file name (a scratch file next to
+/// the store's: defrag's copy, a staged snapshot).
+pub(crate) fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".defrag.tmp");
+    name.push(suffix);
     path.with_file_name(name)
+}
+
+fn temporary_path(path: &Path) -> PathBuf {
+    sibling(path, ".defrag.tmp")
 }
 
 /// Removes the copy a defragmentation interrupted by a crash left behind.

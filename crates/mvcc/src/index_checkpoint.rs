@@ -439,33 +439,30 @@ mod tests {
         let expected = scanned(&path);
         let pristine = std::fs::read(&path).unwrap();
 
-        // a write by a build that knows no checkpoint: the meta moved on
-        {
+        // one transaction on the file, as a build that knows no checkpoint
+        let rewrite = |change: &dyn Fn(&redb::WriteTransaction)| {
             let db = backend::builder().create(&path).unwrap();
             let txn = db.begin_write().unwrap();
-            {
-                let mut meta = txn.open_table(backend::META_TABLE).unwrap();
-                meta.insert(backend::META_CONSISTENT_INDEX, &10_000u64.to_be_bytes()[..])
-                    .unwrap();
-            }
+            change(&txn);
             txn.commit().unwrap();
-        }
+        };
+        // the meta moved on
+        rewrite(&|txn| {
+            let mut meta = txn.open_table(backend::META_TABLE).unwrap();
+            meta.insert(backend::META_CONSISTENT_INDEX, &10_000u64.to_be_bytes()[..])
+                .unwrap();
+        });
         assert!(super::load(&path).unwrap().is_none());
         assert_eq!(Store::open(&path).unwrap().consistent_index(), 10_000);
 
         // a body whose bytes changed
         std::fs::write(&path, &pristine).unwrap();
-        {
-            let db = backend::builder().create(&path).unwrap();
-            let txn = db.begin_write().unwrap();
-            {
-                let mut table = txn.open_table(INDEX_TABLE).unwrap();
-                let mut chunk = table.get(1).unwrap().unwrap().value().to_vec();
-                chunk[10] ^= 1;
-                table.insert(1, chunk.as_slice()).unwrap();
-            }
-            txn.commit().unwrap();
-        }
+        rewrite(&|txn| {
+            let mut table = txn.open_table(INDEX_TABLE).unwrap();
+            let mut chunk = table.get(1).unwrap().unwrap().value().to_vec();
+            chunk[10] ^= 1;
+            table.insert(1, chunk.as_slice()).unwrap();
+        });
         assert!(super::load(&path).unwrap().is_none());
         let reopened = Store::open(&path).unwrap();
         drop(reopened);

@@ -573,13 +573,9 @@ impl KeyIndexTree {
     }
 }
 
-/// Writes `v` as a LEB128 varint.
-pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
+/// Writes `v` as a LEB128 varint (protobuf's).
+pub(crate) fn put_varint(out: &mut Vec<u8>, v: u64) {
+    prost::encoding::encode_varint(v, out);
 }
 
 /// Writes `v` zigzag-encoded (small negatives stay short).
@@ -603,16 +599,7 @@ impl<'a> Reader<'a> {
     }
 
     pub(crate) fn varint(&mut self) -> Result<u64, String> {
-        let mut value = 0u64;
-        for shift in (0..64).step_by(7) {
-            let byte = *self.bytes.get(self.pos).ok_or("truncated")?;
-            self.pos += 1;
-            value |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        Err("overlong varint".into())
+        crate::backend::read_varint(self.bytes, &mut self.pos).map_err(|e| e.to_string())
     }
 
     pub(crate) fn signed(&mut self) -> Result<i64, String> {

@@ -108,6 +108,12 @@ impl Store {
             })?;
             staged
         };
+        // a staged copy is ours to remove when the install fails
+        let discard = || {
+            if staged != source {
+                let _ = std::fs::remove_file(&staged);
+            }
+        };
         let opened = backend::without_panics(source, || {
             // The file came from another member: redb's integrity check at
             // open refuses a damaged one (see backend::open_database) before
@@ -119,9 +125,7 @@ impl Store {
         let (db, loaded) = match opened {
             Ok(opened) => opened,
             Err(e) => {
-                if staged != source {
-                    let _ = std::fs::remove_file(&staged);
-                }
+                discard();
                 return Err(e);
             }
         };
@@ -129,9 +133,7 @@ impl Store {
         let old = {
             let _pending = self.pending.write();
             if let Err(e) = std::fs::rename(&staged, self.path()) {
-                if staged != source {
-                    let _ = std::fs::remove_file(&staged);
-                }
+                discard();
                 return Err(backend_error(e));
             }
             // The old file is gone from the directory: from here on the
@@ -191,7 +193,17 @@ impl Store {
             .store(loaded.consistent_index, Ordering::Release);
         self.refresh_file_size();
         drop(_writer);
-        crate::defrag::close_when_unused(old);
+        // off the apply thread: closing waits for the old file's readers
+        if let Err(e) = std::thread::Builder::new()
+            .name("close-old-db".into())
+            .spawn({
+                let old = old.clone();
+                move || crate::defrag::close_when_unused(old)
+            })
+        {
+            tracing::warn!(error = %e, "cannot start a thread to close the replaced file");
+        }
+        drop(old);
         Ok(())
     }
 }
@@ -204,9 +216,7 @@ pub(crate) fn remove_leftover(path: &Path) {
 /// Where [`Store::restore_from`] copies a snapshot file that is not next to
 /// the store's file.
 fn staging_path(path: &Path) -> std::path::PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".restore.tmp");
-    path.with_file_name(name)
+    crate::defrag::sibling(path, ".restore.tmp")
 }
 
 #[cfg(test)]

@@ -461,7 +461,10 @@ impl Store {
             crate::fail_point!("compactBeforeCommitBatch");
         }
         crate::fail_point!("beforeCommit");
-        if self.index_saved.swap(false, Ordering::AcqRel) {
+        // a plain load on every commit; the swap only after a close
+        if self.index_saved.load(Ordering::Acquire)
+            && self.index_saved.swap(false, Ordering::AcqRel)
+        {
             // a commit after [`Store::close`]: its checkpoint goes first
             let txn = self.db().begin_write().map_err(backend::backend_error)?;
             crate::index_checkpoint::drop_in(&txn)?;

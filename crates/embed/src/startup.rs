@@ -526,7 +526,7 @@ async fn open_backend(cfg: &ServerConfig, metrics: &Metrics) -> Result<Backend, 
         let snap_dir = cfg.member_dir().join("snap");
         let defrag_threshold = cfg.bootstrap_defrag_threshold_bytes;
         tokio::task::spawn_blocking(move || {
-            let store = Store::open(&path)?;
+            let store = Store::open_deferring_check(&path)?;
             if let Some(index) = etcdserver::snapshot::install_received_backend(&store, &snap_dir)?
             {
                 tracing::info!(
@@ -759,6 +759,10 @@ fn start_background_loops(member: &mut Member, shutdown: &watch::Receiver<bool>)
     let server = &member.server;
     let serving = &mut member.serving;
     serving.push(etcdserver::corrupt::raise_on_damaged_reads(
+        server,
+        shutdown.clone(),
+    ));
+    serving.push(etcdserver::corrupt::check_deferred_backend(
         server,
         shutdown.clone(),
     ));

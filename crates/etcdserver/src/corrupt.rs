@@ -426,6 +426,32 @@ pub fn raise_on_damaged_reads(
     })
 }
 
+/// Makes the check of every record the backend's open deferred (a file a
+/// clean stop left: see mvcc's `Store::open_deferring_check`), off the
+/// request path; damage it finds stops the member with the message a
+/// refused start gives. Gives up when the member stops (the next start
+/// then checks every page).
+pub fn check_deferred_backend(
+    server: &Arc<EtcdServer>,
+    shutdown: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let store = server.store.clone();
+    let fatal = server.raft.fatal();
+    tokio::task::spawn_blocking(move || {
+        let started = std::time::Instant::now();
+        let stop = || *shutdown.borrow();
+        match store.check_deferred(&stop) {
+            Ok(Some(records)) => tracing::info!(
+                records,
+                took = ?started.elapsed(),
+                "checked every record of the backend a clean stop left"
+            ),
+            Ok(None) => {}
+            Err(e) => fatal.raise(e.to_string()),
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

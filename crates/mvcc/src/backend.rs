@@ -229,6 +229,13 @@ pub(crate) fn create_private(builder: &redb::Builder, path: &Path) -> Result<Dat
 /// Opens the store's file, every page checked; any key index checkpoint is
 /// deleted in the open's transaction (see [`crate::index_checkpoint`]).
 pub(crate) fn open_database(path: &Path) -> Result<Database, MvccError> {
+    open_database_with(path, true)
+}
+
+/// [`open_database`], with redb's check of every page at open or without
+/// it (a file a clean stop left, whose check is deferred: see
+/// [`crate::deferred_check`]).
+pub(crate) fn open_database_with(path: &Path, check_pages: bool) -> Result<Database, MvccError> {
     // Every page's checksum verified at open (a full read of the file:
     // +80 ms on a 65 MiB one whose key index rebuild takes 700). redb
     // trusts a file altered on disk, and damage in its freed-pages tree
@@ -236,7 +243,7 @@ pub(crate) fn open_database(path: &Path) -> Result<Database, MvccError> {
     // it, which aborts the process past any catch_unwind. With the check
     // such a file is refused as corrupted.
     let mut builder = builder();
-    builder.set_check_integrity_on_open(true);
+    builder.set_check_integrity_on_open(check_pages);
     let db = match create_private(&builder, path) {
         // our own checks name what is damaged (a record and its
         // revision); redb's only that a page is

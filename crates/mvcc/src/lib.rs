@@ -113,6 +113,7 @@
 
 mod backend;
 mod compaction;
+mod deferred_check;
 mod defrag;
 pub mod etcd_backend;
 mod flush;

@@ -91,6 +91,9 @@ pub struct Store {
     /// Set by [`Store::close`] once the file holds a key index checkpoint:
     /// the next commit deletes it first (see [`crate::index_checkpoint`]).
     pub(crate) index_saved: AtomicBool,
+    /// Opened without redb's page check, not yet made up by
+    /// [`Store::check_deferred`].
+    pub(crate) check_deferred: AtomicBool,
     /// Serializes defragmentation with backups and snapshot installs.
     pub(crate) defrag_lock: Mutex<()>,
     /// Leased live keys found by the last load, until the lessor takes them.
@@ -117,25 +120,41 @@ pub type CommitObserver = std::sync::Arc<dyn Fn(std::time::Duration) + Send + Sy
 pub type LeaseLookup = std::sync::Arc<dyn Fn(i64) -> bool + Send + Sync>;
 
 impl Store {
-    /// Creates or opens the file and rebuilds the key index from it.
+    /// Creates or opens the file and rebuilds the key index from it, every
+    /// page of it checked first.
     pub fn open(path: &Path) -> Result<Store, MvccError> {
+        Store::open_with(path, false)
+    }
+
+    /// [`Store::open`] for a member: the file a clean stop left opens
+    /// without redb's check of every page, which [`Store::check_deferred`]
+    /// then makes while the member serves (see [`crate::deferred_check`]).
+    pub fn open_deferring_check(path: &Path) -> Result<Store, MvccError> {
+        Store::open_with(path, true)
+    }
+
+    fn open_with(path: &Path, defer_check: bool) -> Result<Store, MvccError> {
         crate::defrag::remove_leftover(path);
         crate::snapshot::remove_leftover(path);
-        let (db, loaded) = backend::without_panics(path, || {
-            // a clean stop's checkpoint: no scan (every page is still
-            // checked)
+        let (db, loaded, deferred) = backend::without_panics(path, || {
+            // a clean stop's checkpoint: no scan
             if let Some(loaded) = crate::index_checkpoint::load(path)? {
                 tracing::info!(
                     keys = loaded.index.len(),
                     "read the key index checkpoint of a clean stop"
                 );
-                let db = backend::open_database(path)?;
-                return Ok((db, loaded));
+                let deferred = defer_check && crate::deferred_check::begin(path);
+                let db = backend::open_database_with(path, !deferred)?;
+                return Ok((db, loaded, deferred));
             }
             let db = backend::open_database(path)?;
             let loaded = backend::load(&db)?;
-            Ok((db, loaded))
+            Ok((db, loaded, false))
         })?;
+        if !deferred {
+            // every page checked (and, without a checkpoint, every record)
+            crate::deferred_check::done(path);
+        }
         let compact_revision = loaded.compact_revision.max(NO_COMPACTION);
         let scheduled = loaded.scheduled_compact_revision;
         let size = stored_size(path).map_or(0, |(_, stored)| stored);
@@ -143,6 +162,7 @@ impl Store {
             db: RwLock::new(Arc::new(db)),
             defragmenting: AtomicBool::new(false),
             index_saved: AtomicBool::new(false),
+            check_deferred: AtomicBool::new(deferred),
             defrag_lock: Mutex::new(()),
             compaction_hashes: Arc::default(),
             compaction_backlog: Mutex::default(),

@@ -326,6 +326,15 @@ fn a_damaged_backend_file_is_refused_with_a_message_naming_it_never_a_panic() {
     let original = fs::read(&db).unwrap();
     let len = original.len();
     let names_the_file = |last: &str| last.contains(db.to_str().unwrap());
+    // The file a clean stop left opens without redb's page check, which the
+    // member makes while it serves; a start that did not finish that check
+    // leaves this marker, and the next start checks every page. Each
+    // damaged file is started as the clean stop left it, without it.
+    let unchecked = dir.path().join("member/snap/db.unchecked");
+    let damage = |bytes: &[u8]| {
+        let _ = fs::remove_file(&unchecked);
+        fs::write(&db, bytes).unwrap();
+    };
 
     // 64 bytes overwritten anywhere: in the first page (magic), in tree
     // pages, or in free space (harmless): never a panic, and a refusal
@@ -335,7 +344,7 @@ fn a_damaged_backend_file_is_refused_with_a_message_naming_it_never_a_panic() {
         for (i, b) in damaged[offset..offset + 64].iter_mut().enumerate() {
             *b = (i as u8).wrapping_mul(37) ^ 0xa5;
         }
-        fs::write(&db, &damaged).unwrap();
+        damage(&damaged);
         match start_on_damaged(dir.path()) {
             Some((code, last)) => {
                 assert_eq!(code, 1, "offset {offset}: {last}");
@@ -363,16 +372,21 @@ fn a_damaged_backend_file_is_refused_with_a_message_naming_it_never_a_panic() {
             at = start + 10;
         }
         assert!(copies > 0, "{marker} is not in the file");
-        fs::write(&db, &damaged).unwrap();
-        let (code, last) = start_on_damaged(dir.path()).expect("a damaged value is refused");
-        assert_eq!(code, 1, "{last}");
-        assert!(
-            names_the_file(&last) && last.contains("fails its checksum"),
-            "{last}"
-        );
+        damage(&damaged);
+        // the deferred check finds it and stops the member, as a refused
+        // start does; the next start refuses it before serving
+        for check in ["deferred", "at open"] {
+            let (code, last) = start_on_damaged(dir.path()).expect("a damaged value is refused");
+            assert_eq!(code, 1, "{check}: {last}");
+            assert!(
+                names_the_file(&last) && last.contains("fails its checksum"),
+                "{check}: {last}"
+            );
+            assert!(unchecked.exists(), "{check}");
+        }
     }
 
-    fs::write(&db, &original).unwrap();
+    damage(&original);
     let m = Process::start_oxcd(&testkit::oxcd_bin(), dir.path(), &[]);
     let (ok, out) = etcdctl(m.host_port(), &["get", "key150", "--print-value-only"]);
     assert!(ok && out.starts_with("value-150-"), "{out}");
@@ -439,4 +453,18 @@ fn a_clean_stop_saves_the_key_index_and_the_restart_reads_it_leases_and_all() {
     assert!(etcdctl(&ep, &["lease", "revoke", &lease]).0);
     let (ok, out) = etcdctl(&ep, &["get", "leased", "--prefix", "--keys-only"]);
     assert!(ok && out.trim().is_empty(), "{out}");
+    // the page check skipped at open is made while the member serves
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !m
+        .log_text()
+        .contains("checked every record of the backend a clean stop left")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no deferred check: {}",
+            m.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!dir.path().join("member/snap/db.unchecked").exists());
 }

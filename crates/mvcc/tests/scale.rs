@@ -74,3 +74,66 @@ fn one_million_keys_reopen_quickly() {
     assert_eq!(store.index_len(), KEYS);
     assert_eq!(store.current_revision(), (KEYS / PER_TXN) as i64 + 1);
 }
+
+/// The compaction of half the revisions of a store of large values
+/// (`OXCD_SCALE_MIB` MiB of values, default 512, 8,192 B each, every key
+/// written twice), timed until its deletions are done.
+#[test]
+#[ignore]
+fn compaction_of_half_the_revisions_of_large_values() {
+    const VALUE: usize = 8192;
+    const PER_TXN: usize = 100;
+    let mib: usize = std::env::var("OXCD_SCALE_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(512);
+    let keys = mib * 1024 * 1024 / VALUE / 2;
+    let dir = tempfile::Builder::new()
+        .prefix("oxcd-scale")
+        .tempdir_in(std::env::var("OXCD_SCALE_DIR").unwrap_or_else(|_| "/tmp".into()))
+        .unwrap();
+    let path = dir.path().join("db");
+    let store = std::sync::Arc::new(Store::open(&path).unwrap());
+    let started = Instant::now();
+    let value = Bytes::from(vec![b'v'; VALUE]);
+    let mut index = 0u64;
+    for _pass in 0..2 {
+        for batch in 0..keys / PER_TXN {
+            index += 1;
+            let mut txn = store.write(index);
+            for i in 0..PER_TXN {
+                txn.put(&PutRequest {
+                    key: Bytes::from(format!("/registry/k/{:010}", batch * PER_TXN + i)),
+                    value: value.clone(),
+                    ..Default::default()
+                })
+                .unwrap();
+            }
+            txn.end();
+            store.commit(index.is_multiple_of(10)).unwrap();
+        }
+    }
+    store.commit(true).unwrap();
+    eprintln!(
+        "wrote {} keys twice in {:?}, {} MB",
+        keys,
+        started.elapsed(),
+        store.db_size() / 1_000_000
+    );
+    store
+        .start_compactor(mvcc::CompactionBatches::default())
+        .unwrap();
+    let revision = store.current_revision();
+    let started = Instant::now();
+    index += 1;
+    store.compact(revision, index).unwrap();
+    let scheduled = started.elapsed();
+    while store.finished_compact_revision() < revision {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    eprintln!(
+        "compacted {} revisions: scheduled in {scheduled:?}, done in {:?}",
+        keys,
+        started.elapsed()
+    );
+}

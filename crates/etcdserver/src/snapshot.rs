@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use consensus::transport::SnapshotSource;
+use consensus::transport::{RecordReceiver, RecordWriter, SnapshotSource};
 use mvcc::Store;
 use tokio::sync::watch;
 
@@ -48,6 +48,51 @@ impl SnapshotSource for BackendSnapshots {
             }
             Ok(path)
         })
+    }
+
+    fn backend_records(
+        &self,
+        index: u64,
+    ) -> Pin<Box<dyn Future<Output = Result<RecordWriter, String>> + Send>> {
+        let store = self.store.clone();
+        let mut applied = self.applied.clone();
+        Box::pin(async move {
+            // as for a copy: the records must cover the raft snapshot's index
+            tokio::time::timeout(APPLY_WAIT, applied.wait_for(|a| *a >= index))
+                .await
+                .map_err(|_| format!("not applied up to {index} in time"))?
+                .map_err(|_| "member stopping".to_string())?;
+            let writer: RecordWriter = Box::new(move |out| {
+                let covered = store.write_records(out).map_err(|e| e.to_string())?;
+                // the stream ends with its last record: a receiver would
+                // install it, so this cannot happen after the wait above
+                // (the store's consistent index only grows)
+                if covered < index {
+                    return Err(format!("backend records cover index {covered} < {index}"));
+                }
+                Ok(covered)
+            });
+            Ok(writer)
+        })
+    }
+
+    fn records_receiver(&self, path: &Path) -> Result<Box<dyn RecordReceiver>, String> {
+        let builder =
+            mvcc::record_stream::RecordsBuilder::create(path).map_err(|e| e.to_string())?;
+        Ok(Box::new(ReceivedRecords(builder)))
+    }
+}
+
+/// A record stream from the leader becoming a backend file.
+struct ReceivedRecords(mvcc::record_stream::RecordsBuilder);
+
+impl RecordReceiver for ReceivedRecords {
+    fn feed(&mut self, data: &[u8]) -> Result<(), String> {
+        self.0.feed(data).map_err(|e| e.to_string())
+    }
+
+    fn finish(self: Box<Self>) -> Result<(), String> {
+        self.0.finish().map(|_| ()).map_err(|e| e.to_string())
     }
 }
 

@@ -57,6 +57,7 @@ pub const NAMES: &[&str] = &[
     "raftBeforeApplySnap",
     "raftAfterApplySnap",
     "raftDuringSendSnapshot",
+    "snapshotRecordsUnimplemented",
     "beforeCommit",
     "afterCommit",
     "compactBeforeCommitScheduledCompact",

@@ -365,6 +365,13 @@ pub(crate) struct Meta {
 pub(crate) fn read_meta(db: &impl ReadableDatabase) -> Result<Meta, MvccError> {
     let txn = db.begin_read().map_err(backend_error)?;
     let meta = txn.open_table(META_TABLE).map_err(backend_error)?;
+    meta_of(&meta)
+}
+
+/// [`read_meta`] from the meta table of any transaction.
+pub(crate) fn meta_of(
+    meta: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<Meta, MvccError> {
     let get = |name: &str| -> Result<Option<i64>, MvccError> {
         match meta.get(name).map_err(backend_error)? {
             Some(v) => Ok(Some(meta_i64(v.value(), name)?)),
@@ -407,38 +414,64 @@ pub(crate) fn load_from(db: &impl ReadableDatabase) -> Result<Loaded, MvccError>
     } = read_meta(db)?;
     let txn = db.begin_read().map_err(backend_error)?;
     let table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
-    let mut index = KeyIndexTree::default();
-    let mut current_revision = 0;
-    let mut leased: std::collections::HashMap<Bytes, i64> = std::collections::HashMap::new();
+    let mut indexer = Indexer::default();
     for entry in table.iter().map_err(backend_error)? {
         let (k, v) = entry.map_err(backend_error)?;
-        let (revision, tombstone) = RevisionKey::parse(k.value())?;
-        let record = unseal(v.value()).map_err(|e| e.at(revision))?;
-        let fields = scan_key_value(record)?;
-        current_revision = revision.main;
-        if tombstone {
-            index.restore_tombstone(fields.key, revision);
-        } else {
-            index.restore(fields.key, revision, fields.create_revision, fields.version);
-        }
-        if fields.lease != 0 && !tombstone {
-            leased.insert(Bytes::copy_from_slice(fields.key), fields.lease);
-        } else if !leased.is_empty() {
-            leased.remove(fields.key);
-        }
+        indexer.add(k.value(), v.value())?;
     }
-    index.repack();
     drop(table);
     drop(txn);
     read_small_tables(db)?;
-    Ok(Loaded {
-        index,
-        current_revision: current_revision.max(compact_revision),
+    Ok(indexer.finish(Meta {
+        consistent_index,
         compact_revision,
         scheduled_compact_revision,
-        consistent_index,
-        leased_keys: leased.into_iter().collect(),
-    })
+    }))
+}
+
+/// The key index and leased keys of the `key` table's records, given in
+/// revision order, every record's checksum verified.
+#[derive(Default)]
+pub(crate) struct Indexer {
+    index: KeyIndexTree,
+    current_revision: i64,
+    leased: std::collections::HashMap<Bytes, i64>,
+}
+
+impl Indexer {
+    /// The next record of the `key` table (its key and value as stored).
+    pub(crate) fn add(&mut self, key: &[u8], value: &[u8]) -> Result<(), MvccError> {
+        let (revision, tombstone) = RevisionKey::parse(key)?;
+        let record = unseal(value).map_err(|e| e.at(revision))?;
+        let fields = scan_key_value(record)?;
+        self.current_revision = revision.main;
+        if tombstone {
+            self.index.restore_tombstone(fields.key, revision);
+        } else {
+            self.index
+                .restore(fields.key, revision, fields.create_revision, fields.version);
+        }
+        if fields.lease != 0 && !tombstone {
+            self.leased
+                .insert(Bytes::copy_from_slice(fields.key), fields.lease);
+        } else if !self.leased.is_empty() {
+            self.leased.remove(fields.key);
+        }
+        Ok(())
+    }
+
+    /// What a load of the file yields, its meta being `meta`.
+    pub(crate) fn finish(mut self, meta: Meta) -> Loaded {
+        self.index.repack();
+        Loaded {
+            index: self.index,
+            current_revision: self.current_revision.max(meta.compact_revision),
+            compact_revision: meta.compact_revision,
+            scheduled_compact_revision: meta.scheduled_compact_revision,
+            consistent_index: meta.consistent_index,
+            leased_keys: self.leased.into_iter().collect(),
+        }
+    }
 }
 
 /// The fields of an encoded `mvccpb.KeyValue` the index needs.

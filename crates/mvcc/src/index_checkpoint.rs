@@ -103,6 +103,31 @@ fn save(
     current_revision: i64,
     compact_revision: i64,
 ) -> Result<u64, MvccError> {
+    let mut txn = db.begin_write().map_err(backend_error)?;
+    txn.set_durability(Durability::Immediate)
+        .map_err(backend_error)?;
+    let bytes = write_in(
+        &txn,
+        tree,
+        leased,
+        consistent_index,
+        current_revision,
+        compact_revision,
+    )?;
+    txn.commit().map_err(backend_error)?;
+    Ok(bytes)
+}
+
+/// Writes the checkpoint of `tree` (and `leased`) in `txn`; the body's
+/// length.
+pub(crate) fn write_in(
+    txn: &redb::WriteTransaction,
+    tree: &KeyIndexTree,
+    leased: &[(Bytes, i64)],
+    consistent_index: u64,
+    current_revision: i64,
+    compact_revision: i64,
+) -> Result<u64, MvccError> {
     let mut body = Vec::new();
     tree.encode(&mut body);
     put_varint(&mut body, leased.len() as u64);
@@ -118,19 +143,13 @@ fn save(
         body_len: body.len() as u64,
         body_crc: crc32c::crc32c(&body),
     };
-    let mut txn = db.begin_write().map_err(backend_error)?;
-    txn.set_durability(Durability::Immediate)
-        .map_err(backend_error)?;
-    {
-        let mut table = txn.open_table(INDEX_TABLE).map_err(backend_error)?;
-        for (i, chunk) in body.chunks(CHUNK_BYTES).enumerate() {
-            table.insert(i as u64 + 1, chunk).map_err(backend_error)?;
-        }
-        table
-            .insert(HEADER_KEY, header.encode().as_slice())
-            .map_err(backend_error)?;
+    let mut table = txn.open_table(INDEX_TABLE).map_err(backend_error)?;
+    for (i, chunk) in body.chunks(CHUNK_BYTES).enumerate() {
+        table.insert(i as u64 + 1, chunk).map_err(backend_error)?;
     }
-    txn.commit().map_err(backend_error)?;
+    table
+        .insert(HEADER_KEY, header.encode().as_slice())
+        .map_err(backend_error)?;
     Ok(header.body_len)
 }
 

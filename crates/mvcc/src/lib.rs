@@ -121,6 +121,7 @@ mod hash;
 mod index_checkpoint;
 pub mod key_index;
 mod range;
+pub mod record_stream;
 pub mod revision;
 mod snapshot;
 pub mod snapshot_file;

@@ -50,6 +50,20 @@ pub(crate) fn copy_all(
     Ok(())
 }
 
+/// The consistent index `snapshot` holds (0 if none).
+pub(crate) fn consistent_index_in(snapshot: &redb::ReadTransaction) -> Result<u64, MvccError> {
+    let meta = snapshot.open_table(META_TABLE).map_err(backend_error)?;
+    match meta
+        .get(backend::META_CONSISTENT_INDEX)
+        .map_err(backend_error)?
+    {
+        Some(v) => Ok(u64::from_be_bytes(v.value().try_into().map_err(|_| {
+            MvccError::Corrupt("consistent_index is not 8 bytes".into())
+        })?)),
+        None => Ok(0),
+    }
+}
+
 impl Store {
     /// Writes a consistent copy of the store to a new file at `dest` and
     /// returns the consistent index it holds. Applied-but-uncommitted
@@ -59,19 +73,7 @@ impl Store {
         let _defrag = self.defrag_lock.lock();
         self.commit(false)?;
         let snapshot = self.db().begin_read().map_err(backend_error)?;
-        let consistent_index =
-            {
-                let meta = snapshot.open_table(META_TABLE).map_err(backend_error)?;
-                match meta
-                    .get(backend::META_CONSISTENT_INDEX)
-                    .map_err(backend_error)?
-                {
-                    Some(v) => u64::from_be_bytes(v.value().try_into().map_err(|_| {
-                        MvccError::Corrupt("consistent_index is not 8 bytes".into())
-                    })?),
-                    None => 0,
-                }
-            };
+        let consistent_index = consistent_index_in(&snapshot)?;
         let _ = std::fs::remove_file(dest);
         let copy = crate::backend::create_private(
             redb::Builder::new().set_cache_size(crate::snapshot_file::COPY_CACHE_BYTES),
@@ -115,7 +117,14 @@ impl Store {
             }
         };
         let opened = backend::without_panics(source, || {
-            // The file came from another member: redb's integrity check at
+            // A file built here from the leader's record stream comes with
+            // its key index, every record checked as it arrived (see
+            // crate::record_stream): nothing to read again.
+            if let Some(loaded) = crate::index_checkpoint::load(&staged)? {
+                let db = backend::open_database_with(&staged, false)?;
+                return Ok((db, loaded));
+            }
+            // A copy of another member's file: redb's integrity check at
             // open refuses a damaged one (see backend::open_database) before
             // anything commits to it.
             let db = backend::open_database(&staged)?;

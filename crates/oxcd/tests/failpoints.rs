@@ -354,9 +354,16 @@ async fn a_crash_around_installing_a_snapshot_restarts_with_every_key() {
                 .await
                 .unwrap();
         }
+        // one member answers as an oxcd without SnapshotRecords does: the
+        // leader sends it a copy of its file instead of its records
+        let stream = if installed { "records" } else { "file" };
+        let armed = match stream {
+            "file" => format!("{name}=panic;snapshotRecordsUnimplemented=return"),
+            _ => format!("{name}=panic"),
+        };
         {
             let _env = ENVIRONMENT.lock().unwrap_or_else(|e| e.into_inner());
-            std::env::set_var("OXCD_FAILPOINTS", format!("{name}=panic"));
+            std::env::set_var("OXCD_FAILPOINTS", armed);
             cluster.spawn_with(lagging, &[]);
             std::env::remove_var("OXCD_FAILPOINTS");
         }
@@ -371,6 +378,13 @@ async fn a_crash_around_installing_a_snapshot_restarts_with_every_key() {
         assert!(member
             .log_text()
             .contains(&format!("failpoint {name} triggered: panic")));
+        assert!(
+            member
+                .log_text()
+                .contains(&format!(r#""stream":"{stream}""#)),
+            "{name}: no {stream} received:\n{}",
+            member.log_text()
+        );
         let leader_log = cluster.members[leader].as_ref().unwrap().log_text();
         assert!(
             leader_log.contains("failpoint raftDuringSendSnapshot"),

@@ -102,6 +102,30 @@ pub trait SnapshotSource: Send + Sync {
         &self,
         index: u64,
     ) -> Pin<Box<dyn Future<Output = Result<PathBuf, String>> + Send>>;
+
+    /// The backend as a record stream (mvcc's `record_stream`), under the
+    /// same condition as [`SnapshotSource::backend_snapshot`]: resolves
+    /// once applied up to `index` with the blocking writer of the stream.
+    fn backend_records(
+        &self,
+        index: u64,
+    ) -> Pin<Box<dyn Future<Output = Result<RecordWriter, String>> + Send>>;
+
+    /// Builds the backend a received record stream carries into a new
+    /// file at `path` (blocking calls).
+    fn records_receiver(&self, path: &std::path::Path) -> Result<Box<dyn RecordReceiver>, String>;
+}
+
+/// Writes a backend's record stream to the sink in pieces (the sink
+/// answers false to stop); the consistent index the stream holds.
+pub type RecordWriter =
+    Box<dyn FnOnce(&mut dyn FnMut(Vec<u8>) -> bool) -> Result<u64, String> + Send>;
+
+/// Turns a received record stream into a backend file, piece by piece.
+pub trait RecordReceiver: Send {
+    fn feed(&mut self, data: &[u8]) -> Result<(), String>;
+    /// The stream ended: the file is complete and durable, or refused.
+    fn finish(self: Box<Self>) -> Result<(), String>;
 }
 
 struct PeerQueue {

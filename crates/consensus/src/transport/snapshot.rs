@@ -76,10 +76,71 @@ impl SnapshotJob {
 
     async fn send(&self, msg: eraftpb::Message) -> Result<u64, String> {
         let index = msg.get_snapshot().get_metadata().index;
+        match self.stream_records(&msg).await {
+            Err(Sent::Unimplemented) => {
+                tracing::info!(to = %format!("{:x}", msg.to), index,
+                    "the member takes no record stream; sending a copy of the database file");
+            }
+            Err(Sent::Failed(e)) => return Err(e),
+            Ok(sent) => return Ok(sent),
+        }
         let path = self.source.backend_snapshot(index).await?;
         let sent = self.stream_file(&msg, &path).await;
         let _ = tokio::fs::remove_file(&path).await;
         sent
+    }
+
+    /// The header chunk: the raft message, no data.
+    fn header(&self, msg: &eraftpb::Message) -> Result<SnapshotChunk, String> {
+        Ok(SnapshotChunk {
+            cluster_id: self.cluster_id,
+            from: msg.from,
+            to: msg.to,
+            message: msg.write_to_bytes().map_err(|e| e.to_string())?.into(),
+            data: Default::default(),
+            last: false,
+        })
+    }
+
+    /// Sends the backend as the records the leader reads (`SnapshotRecords`).
+    async fn stream_records(&self, msg: &eraftpb::Message) -> Result<u64, Sent> {
+        let index = msg.get_snapshot().get_metadata().index;
+        let writer = self.source.backend_records(index).await?;
+        let channel = super::channel(&self.url, CONNECT_TIMEOUT, self.tls.as_ref()).await?;
+        let mut client = PeerClient::new(channel).max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
+        let (chunks, wire) = mpsc::channel::<SnapshotChunk>(SEND_QUEUE_CHUNKS);
+        let call =
+            tokio::spawn(async move { client.snapshot_records(ReceiverStream::new(wire)).await });
+        if chunks.send(self.header(msg)?).await.is_err() {
+            return Err(Sent::of(call.await));
+        }
+        let write = tokio::task::spawn_blocking(move || {
+            let mut sent = 0u64;
+            let mut failed = None;
+            let written = writer(&mut |piece| match send_piece(&piece, &chunks) {
+                Ok(()) => {
+                    sent += piece.len() as u64;
+                    true
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            });
+            match (written, failed) {
+                (_, Some(e)) | (Err(e), None) => Err(e),
+                (Ok(_), None) => send_last(&chunks).map(|()| sent),
+            }
+        });
+        let sent = write.await.map_err(|e| e.to_string())?;
+        match call.await {
+            Ok(Ok(_)) => Ok(sent?),
+            // the writer's own failure, or else the receiver's answer
+            answer => Err(match sent {
+                Err(e) if e != GONE => Sent::Failed(e),
+                _ => Sent::of(answer),
+            }),
+        }
     }
 
     async fn stream_file(
@@ -93,15 +154,7 @@ impl SnapshotJob {
         let mut client = PeerClient::new(channel).max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
         let (chunks, wire) = mpsc::channel::<SnapshotChunk>(SEND_QUEUE_CHUNKS);
         let call = tokio::spawn(async move { client.snapshot(ReceiverStream::new(wire)).await });
-        let header = SnapshotChunk {
-            cluster_id: self.cluster_id,
-            from: msg.from,
-            to: msg.to,
-            message: msg.write_to_bytes().map_err(|e| e.to_string())?.into(),
-            data: Default::default(),
-            last: false,
-        };
-        if chunks.send(header).await.is_err() {
+        if chunks.send(self.header(msg)?).await.is_err() {
             return Err(answer_of(call.await));
         }
         // One blocking task reads the file in large blocks (a blocking-pool
@@ -134,6 +187,65 @@ fn answer_of(answer: CallAnswer) -> String {
     }
 }
 
+/// A send's error when the receiver ended the stream (its answer says why).
+const GONE: &str = "the receiver went away";
+
+/// Why a record stream was not sent.
+enum Sent {
+    /// The member does not know `SnapshotRecords` (an older oxcd).
+    Unimplemented,
+    Failed(String),
+}
+
+impl From<String> for Sent {
+    fn from(e: String) -> Sent {
+        Sent::Failed(e)
+    }
+}
+
+impl Sent {
+    fn of(answer: CallAnswer) -> Sent {
+        if is_unimplemented(&answer) {
+            Sent::Unimplemented
+        } else {
+            Sent::Failed(answer_of(answer))
+        }
+    }
+}
+
+fn is_unimplemented(answer: &CallAnswer) -> bool {
+    matches!(answer, Ok(Err(status)) if status.code() == tonic::Code::Unimplemented)
+}
+
+/// Queues `piece` for the wire in chunks.
+fn send_piece(piece: &[u8], chunks: &mpsc::Sender<SnapshotChunk>) -> Result<(), String> {
+    for data in piece.chunks(SNAPSHOT_CHUNK_BYTES) {
+        let chunk = SnapshotChunk {
+            data: data.to_vec().into(),
+            ..Default::default()
+        };
+        if chunks.blocking_send(chunk).is_err() {
+            return Err(GONE.to_string());
+        }
+    }
+    // Part of the backend is on its way: a crash or a failed send here
+    // leaves the receiver with a partial snapshot. `return` fails the
+    // send, which raft is told of and retries.
+    crate::fail_point!("raftDuringSendSnapshot", |_| Err(
+        "failpoint raftDuringSendSnapshot".to_string()
+    ));
+    Ok(())
+}
+
+/// The last chunk: empty and marked.
+fn send_last(chunks: &mpsc::Sender<SnapshotChunk>) -> Result<(), String> {
+    let last = SnapshotChunk {
+        last: true,
+        ..Default::default()
+    };
+    chunks.blocking_send(last).map_err(|_| GONE.to_string())
+}
+
 /// Reads `file` to its end into chunks on `chunks`, the last one empty and
 /// marked; the bytes sent.
 fn read_chunks(
@@ -146,30 +258,9 @@ fn read_chunks(
     loop {
         let n = file.read(&mut buf).map_err(|e| e.to_string())?;
         if n == 0 {
-            let last = SnapshotChunk {
-                last: true,
-                ..Default::default()
-            };
-            return chunks
-                .blocking_send(last)
-                .map(|_| sent)
-                .map_err(|_| "the receiver went away".to_string());
+            return send_last(chunks).map(|()| sent);
         }
-        for piece in buf[..n].chunks(SNAPSHOT_CHUNK_BYTES) {
-            let chunk = SnapshotChunk {
-                data: piece.to_vec().into(),
-                ..Default::default()
-            };
-            if chunks.blocking_send(chunk).is_err() {
-                return Err("the receiver went away".to_string());
-            }
-        }
+        send_piece(&buf[..n], chunks)?;
         sent += n as u64;
-        // Part of the file is on its way: a crash or a failed send here
-        // leaves the receiver with a partial snapshot. `return` fails the
-        // send, which raft is told of and retries.
-        crate::fail_point!("raftDuringSendSnapshot", |_| Err(
-            "failpoint raftDuringSendSnapshot".to_string()
-        ));
     }
 }

@@ -137,3 +137,65 @@ fn compaction_of_half_the_revisions_of_large_values() {
         started.elapsed()
     );
 }
+
+/// A raft snapshot's record stream of a store of large values
+/// (`OXCD_SCALE_MIB` MiB, default 512, 8,192 B each): the leader's side
+/// (reading and framing) and the follower's (building the file), timed
+/// apart.
+#[test]
+#[ignore]
+fn record_stream_of_large_values() {
+    const VALUE: usize = 8192;
+    const PER_TXN: usize = 100;
+    let mib: usize = std::env::var("OXCD_SCALE_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(512);
+    let keys = mib * 1024 * 1024 / VALUE;
+    let dir = tempfile::Builder::new()
+        .prefix("oxcd-scale")
+        .tempdir_in(std::env::var("OXCD_SCALE_DIR").unwrap_or_else(|_| "/tmp".into()))
+        .unwrap();
+    let store = Store::open(&dir.path().join("db")).unwrap();
+    let value = Bytes::from(vec![b'v'; VALUE]);
+    for batch in 0..keys / PER_TXN {
+        let mut txn = store.write(batch as u64 + 1);
+        for i in 0..PER_TXN {
+            txn.put(&PutRequest {
+                key: Bytes::from(format!("/registry/k/{:010}", batch * PER_TXN + i)),
+                value: value.clone(),
+                ..Default::default()
+            })
+            .unwrap();
+        }
+        txn.end();
+        store.commit(batch % 10 == 9).unwrap();
+    }
+    store.commit(true).unwrap();
+    let started = Instant::now();
+    let mut pieces = Vec::new();
+    store
+        .write_records(&mut |piece| {
+            pieces.push(piece);
+            true
+        })
+        .unwrap();
+    let bytes: usize = pieces.iter().map(Vec::len).sum();
+    eprintln!(
+        "leader: {} MB of records in {:?}",
+        bytes / 1_000_000,
+        started.elapsed()
+    );
+    let started = Instant::now();
+    let mut builder =
+        mvcc::record_stream::RecordsBuilder::create(&dir.path().join("built.db")).unwrap();
+    for piece in &pieces {
+        builder.feed(piece).unwrap();
+    }
+    let fed = started.elapsed();
+    builder.finish().unwrap();
+    eprintln!(
+        "follower: fed in {fed:?}, committed in {:?}",
+        started.elapsed()
+    );
+}

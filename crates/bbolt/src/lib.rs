@@ -57,10 +57,9 @@
 //! [`Writer`] streams pages in increasing id order: pages 0 and 1 (metas,
 //! written last), page 2 an empty freelist (or none: [`WriterOptions`]),
 //! then each bucket's leaves and branches as they fill, interleaved with
-//! the root bucket's pages. Leaves are packed full (bbolt's split rule only
-//! matters for later updates; its reader and `tx.Check()` accept any fill);
-//! an entry larger than a page gets a leaf of its own with overflow pages;
-//! a branch page holds at least two children. A bucket whose entries fit in
+//! the root bucket's pages. Leaves are packed full, two entries at least as
+//! bbolt splits them (entries larger than half a page go in pairs, on a leaf
+//! with overflow pages); a branch page holds at least two children. A bucket whose entries fit in
 //! a quarter page (bbolt's `maxInlineBucketSize`, headers included) is
 //! written inline, as bbolt does — so etcd's small buckets look as in
 //! etcd's own files. Memory is bounded by a few pages per tree level,

@@ -7,6 +7,9 @@ use crate::format::{
     PageHeader, BRANCH_ELEMENT_SIZE, BRANCH_PAGE, LEAF_ELEMENT_SIZE, LEAF_PAGE, PAGE_HEADER_SIZE,
 };
 
+/// bbolt's minKeysPerPage: the fewest entries a leaf it splits keeps.
+const MIN_KEYS_PER_PAGE: usize = 2;
+
 /// Where pages go: sequentially, page `next_pgid` at `base + next_pgid * page_size`.
 pub(crate) struct PageSink<W> {
     pub(crate) out: W,
@@ -38,40 +41,6 @@ impl<W: Write> PageSink<W> {
         self.scratch.clear();
         page.encode_into(id, overflow_count(pages), &mut self.scratch);
         self.scratch.resize(pages * self.page_size, 0);
-        self.out.write_all(&self.scratch)?;
-        self.next_pgid += pages as u64;
-        Ok(id)
-    }
-
-    /// Writes a leaf holding one entry too large for a page of its own,
-    /// straight from the caller's slices.
-    fn write_single_leaf(&mut self, flags: u32, key: &[u8], value: &[u8]) -> std::io::Result<u64> {
-        let id = self.next_pgid;
-        let size = PAGE_HEADER_SIZE + LEAF_ELEMENT_SIZE + key.len() + value.len();
-        let pages = self.pages_for(size);
-        self.scratch.clear();
-        self.scratch.extend_from_slice(
-            &PageHeader {
-                id,
-                flags: LEAF_PAGE,
-                count: 1,
-                overflow: overflow_count(pages),
-            }
-            .encode(),
-        );
-        push_leaf_element(
-            &mut self.scratch,
-            flags,
-            LEAF_ELEMENT_SIZE,
-            key.len(),
-            value.len(),
-        );
-        self.scratch.extend_from_slice(key);
-        self.out.write_all(&self.scratch)?;
-        self.out.write_all(value)?;
-        let padding = pages * self.page_size - size;
-        self.scratch.clear();
-        self.scratch.resize(padding, 0);
         self.out.write_all(&self.scratch)?;
         self.next_pgid += pages as u64;
         Ok(id)
@@ -245,14 +214,14 @@ impl TreeBuilder {
         value: &[u8],
     ) -> std::io::Result<()> {
         let entry_size = LEAF_ELEMENT_SIZE + key.len() + value.len();
-        if self.levels[0].len() > 0 && self.levels[0].size() + entry_size > sink.page_size {
+        // bbolt's split: a leaf ends where the next entry would take it past
+        // a page, but holds two entries at least (its minKeysPerPage), so
+        // entries larger than half a page go in pairs on leaves spanning
+        // overflow pages (8 KiB values: 20 KiB per pair where a leaf each
+        // took 12 KiB; etcd's files hold them so too)
+        let open = &self.levels[0];
+        if open.len() >= MIN_KEYS_PER_PAGE && open.size() + entry_size > sink.page_size {
             self.flush_level(sink, 0)?;
-        }
-        if PAGE_HEADER_SIZE + entry_size > sink.page_size {
-            // The open leaf is empty here: the entry gets a leaf of its own,
-            // with overflow pages, as bbolt gives a node larger than a page.
-            let id = sink.write_single_leaf(flags, key, value)?;
-            return self.add_child(sink, 1, key, id);
         }
         self.levels[0].push_leaf(flags, key, value);
         Ok(())

@@ -550,6 +550,48 @@ impl KeyIndexTree {
         dropped
     }
 
+    /// [`KeyIndexTree::compact`] of the next `limit` keys after `after`
+    /// (from the first key when None), their dropped revisions appended to
+    /// `dropped`: the last key compacted when keys remain after it. A
+    /// compaction in such steps, writes going on between them, drops what
+    /// one step would: a compaction considers only revisions at or below
+    /// `at_rev`, which are all in the index already.
+    pub(crate) fn compact_from(
+        &mut self,
+        at_rev: i64,
+        after: Option<&[u8]>,
+        limit: usize,
+        dropped: &mut Vec<(Revision, bool)>,
+    ) -> Option<Vec<u8>> {
+        use std::ops::Bound;
+        let lower = match after {
+            Some(key) => Bound::Excluded(key),
+            None => Bound::Unbounded,
+        };
+        let mut emptied = Vec::new();
+        let mut last: Option<&IndexKey> = None;
+        let mut more = false;
+        for (n, (key, index)) in self
+            .keys
+            .range_mut::<[u8], _>((lower, Bound::Unbounded))
+            .enumerate()
+        {
+            if n == limit.max(1) {
+                more = true;
+                break;
+            }
+            if index.compact(at_rev, dropped) {
+                emptied.push(key.clone());
+            }
+            last = Some(key);
+        }
+        let cursor = more.then(|| last.map(|k| k.as_slice().to_vec())).flatten();
+        for key in emptied {
+            self.keys.remove(&key);
+        }
+        cursor
+    }
+
     /// Undoes the changes at or after `from` to the given keys.
     pub(crate) fn rollback<'k>(
         &mut self,

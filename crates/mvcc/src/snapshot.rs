@@ -180,7 +180,7 @@ impl Store {
         // The received file's own compaction state replaces ours: batches
         // of a compaction here are moot, and one the sender had not
         // finished resumes (its records are still in the file).
-        self.compaction_backlog.lock().jobs.clear();
+        self.clear_compaction_jobs();
         *self.pending.write() = Pending {
             consistent_index: loaded.consistent_index,
             ..Pending::default()

@@ -407,22 +407,42 @@ impl Store {
         let pending_hash =
             before.and_then(|previous| crate::hash::before_compaction(self, revision, previous));
         let since = std::time::Instant::now();
+        // A member's compactor compacts the key index in steps (see
+        // compaction::IndexWork); without one, it is done here.
+        let stepped = self.compaction_backlog.lock().wake.is_some();
         let dropped = {
             let mut state = self.state.write();
             if revision <= state.compact_revision {
+                if let Some(pending_hash) = pending_hash {
+                    crate::hash::abandon(self, pending_hash);
+                }
                 return Err(MvccError::Compacted);
             }
             if revision > state.current_revision {
+                if let Some(pending_hash) = pending_hash {
+                    crate::hash::abandon(self, pending_hash);
+                }
                 return Err(MvccError::FutureRev);
             }
             state.compact_revision = revision;
-            let started = std::time::Instant::now();
-            let dropped = state.tree.compact(revision);
             tracing::info!(revision, "compact tree index");
-            if let Some(observer) = self.compaction_observer.get() {
-                observer.index_compacted(started.elapsed());
+            (!stepped).then(|| {
+                let started = std::time::Instant::now();
+                let dropped = state.tree.compact(revision);
+                if let Some(observer) = self.compaction_observer.get() {
+                    observer.index_compacted(started.elapsed());
+                }
+                dropped
+            })
+        };
+        let Some(dropped) = dropped else {
+            {
+                let mut pending = self.pending.write();
+                pending.compact_revision = Some(revision);
+                pending.dirty = true;
             }
-            dropped
+            self.schedule_index_compaction(revision, pending_hash, since);
+            return Ok(());
         };
         self.ops.compacted(dropped.len());
         if let Some(pending_hash) = pending_hash {

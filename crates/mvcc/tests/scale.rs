@@ -76,18 +76,22 @@ fn one_million_keys_reopen_quickly() {
 }
 
 /// The compaction of half the revisions of a store of large values
-/// (`OXCD_SCALE_MIB` MiB of values, default 512, 8,192 B each, every key
-/// written twice), timed until its deletions are done.
+/// (`OXCD_SCALE_MIB` MiB of values, default 512, `OXCD_SCALE_VALUE` B each,
+/// default 8,192, every key written twice), timed until its deletions are
+/// done.
 #[test]
 #[ignore]
 fn compaction_of_half_the_revisions_of_large_values() {
-    const VALUE: usize = 8192;
+    let value_size: usize = std::env::var("OXCD_SCALE_VALUE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8192);
     const PER_TXN: usize = 100;
     let mib: usize = std::env::var("OXCD_SCALE_MIB")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(512);
-    let keys = mib * 1024 * 1024 / VALUE / 2;
+    let keys = mib * 1024 * 1024 / value_size / 2;
     let dir = tempfile::Builder::new()
         .prefix("oxcd-scale")
         .tempdir_in(std::env::var("OXCD_SCALE_DIR").unwrap_or_else(|_| "/tmp".into()))
@@ -95,7 +99,7 @@ fn compaction_of_half_the_revisions_of_large_values() {
     let path = dir.path().join("db");
     let store = std::sync::Arc::new(Store::open(&path).unwrap());
     let started = Instant::now();
-    let value = Bytes::from(vec![b'v'; VALUE]);
+    let value = Bytes::from(vec![b'v'; value_size]);
     let mut index = 0u64;
     for _pass in 0..2 {
         for batch in 0..keys / PER_TXN {

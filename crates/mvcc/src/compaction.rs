@@ -1,18 +1,21 @@
 //! A compaction's deletions, in batches off the request path.
 //!
-//! Compacting drops revisions from the key index at once (reads below the
-//! compact revision fail from then on), records etcd's
-//! `scheduledCompactRev` with the next commit, and leaves the dropped
-//! records in the file. Without a compactor ([`Store::start_compactor`]:
-//! tools that open a store offline, unit tests) the next commit deletes
-//! them all and records `finishedCompactRev` in the same transaction. With
-//! one (a serving member), a thread of its own deletes them as etcd's
-//! scheduleCompaction does: at most `limit` records per commit
-//! (`--experimental-compaction-batch-limit`), each commit under the writer
-//! lock, a pause (`--experimental-compaction-sleep-interval`) between two,
-//! and `finishedCompactRev` with the last batch. Writes and reads go on
-//! between the batches; one transaction deleting half of an 8 GiB file
-//! would stall every write for seconds.
+//! Compacting moves the compact revision at once (reads below it fail from
+//! then on), records etcd's `scheduledCompactRev` with the next commit, and
+//! leaves the dropped records in the file. Without a compactor
+//! ([`Store::start_compactor`]: tools that open a store offline, unit
+//! tests) it drops the revisions from the key index there and then, and
+//! the next commit deletes their records and records `finishedCompactRev`
+//! in the same transaction. With one (a serving member), a thread of its
+//! own first compacts the key index in steps ([`IndexWork`]), then deletes
+//! the records as etcd's scheduleCompaction does: at most `limit` records
+//! per commit (`--experimental-compaction-batch-limit`; fewer when a batch
+//! holds the writer lock past 5 ms), each commit under the writer lock, a
+//! pause (`--experimental-compaction-sleep-interval`, its share for a
+//! batch cut short) between two, and `finishedCompactRev` with the last
+//! batch. Writes and reads go on between the steps and batches; one
+//! transaction deleting half of an 8 GiB file would stall every write for
+//! seconds.
 //!
 //! A member stopped mid-way resumes at its next start: the file's
 //! scheduled revision is above its finished one ([`Store::open`]).

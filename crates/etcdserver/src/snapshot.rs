@@ -31,12 +31,7 @@ impl SnapshotSource for BackendSnapshots {
         let mut applied = self.applied.clone();
         let path = self.snap_dir.join(format!("{index:016x}.snap.db.send"));
         Box::pin(async move {
-            // The copy must cover the raft snapshot's index, or the follower
-            // would skip entries it never applied.
-            tokio::time::timeout(APPLY_WAIT, applied.wait_for(|a| *a >= index))
-                .await
-                .map_err(|_| format!("not applied up to {index} in time"))?
-                .map_err(|_| "member stopping".to_string())?;
+            applied_up_to(&mut applied, index).await?;
             let dest = path.clone();
             let covered = tokio::task::spawn_blocking(move || store.backup_to(&dest))
                 .await
@@ -57,11 +52,7 @@ impl SnapshotSource for BackendSnapshots {
         let store = self.store.clone();
         let mut applied = self.applied.clone();
         Box::pin(async move {
-            // as for a copy: the records must cover the raft snapshot's index
-            tokio::time::timeout(APPLY_WAIT, applied.wait_for(|a| *a >= index))
-                .await
-                .map_err(|_| format!("not applied up to {index} in time"))?
-                .map_err(|_| "member stopping".to_string())?;
+            applied_up_to(&mut applied, index).await?;
             let writer: RecordWriter = Box::new(move |out| {
                 let covered = store.write_records(out).map_err(|e| e.to_string())?;
                 // the stream ends with its last record: a receiver would
@@ -81,6 +72,17 @@ impl SnapshotSource for BackendSnapshots {
             mvcc::record_stream::RecordsBuilder::create(path).map_err(|e| e.to_string())?;
         Ok(Box::new(ReceivedRecords(builder)))
     }
+}
+
+/// Waits until this member applied up to `index`: a copy or a record
+/// stream must cover the raft snapshot's index, or the follower would skip
+/// entries it never applied.
+async fn applied_up_to(applied: &mut watch::Receiver<u64>, index: u64) -> Result<(), String> {
+    tokio::time::timeout(APPLY_WAIT, applied.wait_for(|a| *a >= index))
+        .await
+        .map_err(|_| format!("not applied up to {index} in time"))?
+        .map_err(|_| "member stopping".to_string())?;
+    Ok(())
 }
 
 /// A record stream from the leader becoming a backend file.

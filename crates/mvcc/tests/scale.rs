@@ -82,42 +82,13 @@ fn one_million_keys_reopen_quickly() {
 #[test]
 #[ignore]
 fn compaction_of_half_the_revisions_of_large_values() {
-    let value_size: usize = std::env::var("OXCD_SCALE_VALUE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(8192);
-    const PER_TXN: usize = 100;
-    let mib: usize = std::env::var("OXCD_SCALE_MIB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(512);
+    let value_size = env_or("OXCD_SCALE_VALUE", 8192);
+    let mib = env_or("OXCD_SCALE_MIB", 512);
     let keys = mib * 1024 * 1024 / value_size / 2;
-    let dir = tempfile::Builder::new()
-        .prefix("oxcd-scale")
-        .tempdir_in(std::env::var("OXCD_SCALE_DIR").unwrap_or_else(|_| "/tmp".into()))
-        .unwrap();
-    let path = dir.path().join("db");
-    let store = std::sync::Arc::new(Store::open(&path).unwrap());
+    let dir = scale_dir();
+    let store = std::sync::Arc::new(Store::open(&dir.path().join("db")).unwrap());
     let started = Instant::now();
-    let value = Bytes::from(vec![b'v'; value_size]);
-    let mut index = 0u64;
-    for _pass in 0..2 {
-        for batch in 0..keys / PER_TXN {
-            index += 1;
-            let mut txn = store.write(index);
-            for i in 0..PER_TXN {
-                txn.put(&PutRequest {
-                    key: Bytes::from(format!("/registry/k/{:010}", batch * PER_TXN + i)),
-                    value: value.clone(),
-                    ..Default::default()
-                })
-                .unwrap();
-            }
-            txn.end();
-            store.commit(index.is_multiple_of(10)).unwrap();
-        }
-    }
-    store.commit(true).unwrap();
+    let index = fill(&store, keys, value_size, 2);
     eprintln!(
         "wrote {} keys twice in {:?}, {} MB",
         keys,
@@ -129,8 +100,7 @@ fn compaction_of_half_the_revisions_of_large_values() {
         .unwrap();
     let revision = store.current_revision();
     let started = Instant::now();
-    index += 1;
-    store.compact(revision, index).unwrap();
+    store.compact(revision, index + 1).unwrap();
     let scheduled = started.elapsed();
     while store.finished_compact_revision() < revision {
         std::thread::sleep(std::time::Duration::from_millis(5));
@@ -150,32 +120,11 @@ fn compaction_of_half_the_revisions_of_large_values() {
 #[ignore]
 fn record_stream_of_large_values() {
     const VALUE: usize = 8192;
-    const PER_TXN: usize = 100;
-    let mib: usize = std::env::var("OXCD_SCALE_MIB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(512);
+    let mib = env_or("OXCD_SCALE_MIB", 512);
     let keys = mib * 1024 * 1024 / VALUE;
-    let dir = tempfile::Builder::new()
-        .prefix("oxcd-scale")
-        .tempdir_in(std::env::var("OXCD_SCALE_DIR").unwrap_or_else(|_| "/tmp".into()))
-        .unwrap();
+    let dir = scale_dir();
     let store = Store::open(&dir.path().join("db")).unwrap();
-    let value = Bytes::from(vec![b'v'; VALUE]);
-    for batch in 0..keys / PER_TXN {
-        let mut txn = store.write(batch as u64 + 1);
-        for i in 0..PER_TXN {
-            txn.put(&PutRequest {
-                key: Bytes::from(format!("/registry/k/{:010}", batch * PER_TXN + i)),
-                value: value.clone(),
-                ..Default::default()
-            })
-            .unwrap();
-        }
-        txn.end();
-        store.commit(batch % 10 == 9).unwrap();
-    }
-    store.commit(true).unwrap();
+    fill(&store, keys, VALUE, 1);
     let started = Instant::now();
     let mut pieces = Vec::new();
     store
@@ -202,4 +151,46 @@ fn record_stream_of_large_values() {
         "follower: fed in {fed:?}, committed in {:?}",
         started.elapsed()
     );
+}
+
+/// A directory for a scale test's files (`OXCD_SCALE_DIR`, default /tmp).
+fn scale_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("oxcd-scale")
+        .tempdir_in(std::env::var("OXCD_SCALE_DIR").unwrap_or_else(|_| "/tmp".into()))
+        .unwrap()
+}
+
+/// Writes `keys` keys of `value_size` bytes `passes` times, 100 puts an
+/// entry, a durable commit every 10; the index of the last entry.
+fn fill(store: &Store, keys: usize, value_size: usize, passes: usize) -> u64 {
+    const PER_TXN: usize = 100;
+    let value = Bytes::from(vec![b'v'; value_size]);
+    let mut index = 0u64;
+    for _pass in 0..passes {
+        for batch in 0..keys / PER_TXN {
+            index += 1;
+            let mut txn = store.write(index);
+            for i in 0..PER_TXN {
+                txn.put(&PutRequest {
+                    key: Bytes::from(format!("/registry/k/{:010}", batch * PER_TXN + i)),
+                    value: value.clone(),
+                    ..Default::default()
+                })
+                .unwrap();
+            }
+            txn.end();
+            store.commit(index.is_multiple_of(10)).unwrap();
+        }
+    }
+    store.commit(true).unwrap();
+    index
+}
+
+/// A size from the environment, or `default`.
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }

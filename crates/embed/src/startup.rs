@@ -762,10 +762,10 @@ fn start_background_loops(member: &mut Member, shutdown: &watch::Receiver<bool>)
         server,
         shutdown.clone(),
     ));
-    serving.push(etcdserver::corrupt::check_deferred_backend(
-        server,
-        shutdown.clone(),
-    ));
+    if let Err(e) = etcdserver::corrupt::check_deferred_backend(server, shutdown.clone()) {
+        // the next start checks every page (the marker stays)
+        tracing::warn!(error = %e, "cannot start the check of the backend a clean stop left");
+    }
     let announce = announce_when_ready(server.clone());
     let mut stop = shutdown.clone();
     serving.push(tokio::spawn(async move {

@@ -428,16 +428,21 @@ pub fn raise_on_damaged_reads(
 
 /// Makes the check of every record the backend's open deferred (a file a
 /// clean stop left: see mvcc's `Store::open_deferring_check`), off the
-/// request path; damage it finds stops the member with the message a
-/// refused start gives. Gives up when the member stops (the next start
-/// then checks every page).
+/// request path, on a thread of its own whose disk reads are in the idle
+/// class (mvcc::idle_io_priority); damage it finds stops the member with
+/// the message a refused start gives. Gives up when the member stops (the
+/// next start then checks every page).
 pub fn check_deferred_backend(
     server: &Arc<EtcdServer>,
     shutdown: watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<()> {
+) -> std::io::Result<()> {
+    if !server.store.has_deferred_check() {
+        return Ok(());
+    }
     let store = server.store.clone();
     let fatal = server.raft.fatal();
-    tokio::task::spawn_blocking(move || {
+    let check = move || {
+        mvcc::idle_io_priority();
         let started = std::time::Instant::now();
         let stop = || *shutdown.borrow();
         match store.check_deferred(&stop) {
@@ -449,7 +454,11 @@ pub fn check_deferred_backend(
             Ok(None) => {}
             Err(e) => fatal.raise(e.to_string()),
         }
-    })
+    };
+    std::thread::Builder::new()
+        .name("backend-check".into())
+        .spawn(check)
+        .map(drop)
 }
 
 #[cfg(test)]

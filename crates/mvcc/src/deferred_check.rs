@@ -84,6 +84,12 @@ pub(crate) fn done(path: &Path) {
 }
 
 impl Store {
+    /// Whether the open deferred a check [`Store::check_deferred`] is to
+    /// make.
+    pub fn has_deferred_check(&self) -> bool {
+        self.check_deferred.load(Ordering::Acquire)
+    }
+
     /// Makes the check the open deferred (see [`crate::deferred_check`]):
     /// Some(records read) once it passed, None if there was none to make or
     /// `stop` said to give up (then the next start checks every page).

@@ -272,6 +272,7 @@ pub(crate) fn hash_at_compaction(
     let spawned = std::thread::Builder::new()
         .name("compaction-hash".into())
         .spawn(move || {
+            crate::idle_io_priority();
             let filter = Compacted::AllBut(dropped.into_iter().collect());
             match hash_records(source, previous, &filter, unseal_off_thread) {
                 Ok(hash) => {

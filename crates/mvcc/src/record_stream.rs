@@ -26,8 +26,7 @@
 use std::path::Path;
 
 use redb::{
-    Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition,
-    WriteTransaction,
+    Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
 };
 
 use crate::backend::{self, backend_error, SideTable, KEY_TABLE, META_TABLE};
@@ -274,14 +273,7 @@ pub struct RecordsBuilder {
 impl RecordsBuilder {
     /// Creates the file at `path` (0600), replacing any.
     pub fn create(path: &Path) -> Result<RecordsBuilder, MvccError> {
-        let _ = std::fs::remove_file(path);
-        let db = backend::create_private(
-            redb::Builder::new().set_cache_size(crate::snapshot_file::COPY_CACHE_BYTES),
-            path,
-        )?;
-        let mut txn = db.begin_write().map_err(backend_error)?;
-        txn.set_durability(Durability::Immediate)
-            .map_err(backend_error)?;
+        let (db, txn) = crate::snapshot::new_copy(path)?;
         Ok(RecordsBuilder {
             db,
             txn: Some(txn),

@@ -50,6 +50,20 @@ pub(crate) fn copy_all(
     Ok(())
 }
 
+/// A new file at `dest` (0600, replacing any) for a copy of a store, with
+/// the copy cache, and its one durable write transaction.
+pub(crate) fn new_copy(dest: &Path) -> Result<(redb::Database, redb::WriteTransaction), MvccError> {
+    let _ = std::fs::remove_file(dest);
+    let copy = crate::backend::create_private(
+        redb::Builder::new().set_cache_size(crate::snapshot_file::COPY_CACHE_BYTES),
+        dest,
+    )?;
+    let mut txn = copy.begin_write().map_err(backend_error)?;
+    txn.set_durability(Durability::Immediate)
+        .map_err(backend_error)?;
+    Ok((copy, txn))
+}
+
 /// The consistent index `snapshot` holds (0 if none).
 pub(crate) fn consistent_index_in(snapshot: &redb::ReadTransaction) -> Result<u64, MvccError> {
     let meta = snapshot.open_table(META_TABLE).map_err(backend_error)?;
@@ -74,14 +88,7 @@ impl Store {
         self.commit(false)?;
         let snapshot = self.db().begin_read().map_err(backend_error)?;
         let consistent_index = consistent_index_in(&snapshot)?;
-        let _ = std::fs::remove_file(dest);
-        let copy = crate::backend::create_private(
-            redb::Builder::new().set_cache_size(crate::snapshot_file::COPY_CACHE_BYTES),
-            dest,
-        )?;
-        let mut txn = copy.begin_write().map_err(backend_error)?;
-        txn.set_durability(Durability::Immediate)
-            .map_err(backend_error)?;
+        let (_copy, txn) = new_copy(dest)?;
         copy_all(&snapshot, &txn)?;
         txn.commit().map_err(backend_error)?;
         Ok(consistent_index)

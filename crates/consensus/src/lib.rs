@@ -8,11 +8,14 @@
 //!
 //! ## The loop (one dedicated thread, [`start`])
 //!
-//! The raft thread is the only code that touches the `RawNode`. Everything
-//! else reaches it through a bounded channel ([`RaftHandle`]) or through two
-//! atomics plus a wake-up (applied index, snapshot requests). Each turn it:
+//! The `RawNode` and everything a turn of the loop touches sit behind one
+//! lock; the raft thread takes it for each of its turns. Everything else
+//! reaches the loop through a bounded channel ([`RaftHandle`]) plus a
+//! wake-up, or through two atomics plus a wake-up (applied index, snapshot
+//! requests). Each turn:
 //!
-//! 1. waits for input, a wake-up or the next tick (every heartbeat interval);
+//! 1. (the raft thread) waits for a wake-up or the next tick (every
+//!    heartbeat interval);
 //! 2. drains everything queued (at most [`INPUT_QUEUE_CAPACITY`]), so N
 //!    concurrent proposals share one Ready and one fdatasync (group commit);
 //! 3. handles each Ready: sends leader messages, persists snapshot, entries
@@ -22,8 +25,18 @@
 //! 4. publishes a [`RaftStatus`] that [`RaftHandle::status`] reads without a
 //!    round trip.
 //!
-//! Conf-change entries are applied to the `RawNode` by the raft thread when
-//! they are handed out (the apply side still receives them, to update its
+//! ## Client turns
+//!
+//! While the member leads alone (one voter, no learners), a proposal made
+//! on a thread that allows it ([`allow_client_turns`]: the member's
+//! `grpc-client-N` threads) wakes nobody: that thread takes the lock and
+//! turns the loop itself once the tasks already queued on it have run, so
+//! a lone client's write crosses no thread (see `turns`). A thread that
+//! finds the lock held wakes the raft thread instead. Ticks, peer
+//! messages, snapshot files and stopping stay the raft thread's.
+//!
+//! Conf-change entries are applied to the `RawNode` by the turn that hands
+//! them out (the apply side still receives them, to update its
 //! member list).
 //!
 //! The loop is a driver (`node`: the thread, its runtime, the WAL, the
@@ -37,7 +50,8 @@
 //!
 //! Handing a batch to the apply thread costs a thread wake-up, which on an
 //! idle machine (a lone client) is a good part of a write's latency. When
-//! no batch is queued or being applied, the raft thread offers the batch to
+//! no batch is queued or being applied, the turn (the raft thread's or a
+//! client thread's) offers the batch to
 //! an [`InlineApply`] hook ([`RaftHandle::set_inline_apply`]) first, which
 //! may apply it on the spot (it refuses when the apply side is busy or the
 //! batch is large); under load the channel and the apply thread take over,
@@ -77,6 +91,7 @@ mod node;
 pub mod observer;
 pub mod snap;
 pub mod transport;
+mod turns;
 pub mod wal;
 
 // Failpoint sites (`crate::fail_point!`) are compiled in only with the
@@ -104,6 +119,7 @@ pub use import::import_log;
 pub use observer::{Observer, RaftObserver};
 pub use raft;
 pub use snap::SnapError;
+pub use turns::allow_client_turns;
 pub use wal::WalError;
 
 /// Proposals, read requests and peer messages queued to the raft thread.
@@ -367,6 +383,9 @@ pub(crate) struct Shared {
     /// The voters of the cluster's first configuration, from the WAL's
     /// metadata (see [`RaftHandle::initial_voters`]).
     pub initial_voters: std::sync::OnceLock<Vec<u64>>,
+    /// The member leads a configuration of itself alone (published with
+    /// the status): a client thread may turn the loop for its proposals.
+    pub leads_alone: AtomicBool,
 }
 
 /// Applies a committed batch on the raft thread, or hands it back (the apply
@@ -400,7 +419,51 @@ pub struct Role {
 struct HandleInner {
     input: mpsc::Sender<Input>,
     shared: Arc<Shared>,
+    /// The raft loop's state, for turns on client threads (`turns`); gone
+    /// once the raft thread has stopped.
+    engine: std::sync::Weak<parking_lot::Mutex<node::Engine>>,
     thread: parking_lot::Mutex<Option<JoinHandle<()>>>,
+}
+
+impl HandleInner {
+    /// A turn for the proposals this thread queued: here, when the loop is
+    /// free and the member leads alone; else the raft thread's.
+    fn client_turn(&self) {
+        if let Some(engine) = self.engine.upgrade() {
+            if let Some(mut engine) = engine.try_lock() {
+                if engine.client_turn() {
+                    return;
+                }
+            }
+        }
+        self.shared.wake.notify_one();
+    }
+}
+
+impl Drop for HandleInner {
+    /// Every handle is gone: the raft thread stops (it would otherwise
+    /// wait for input nobody can send).
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        self.shared.wake.notify_one();
+        self.shared.stop_wake.notify_one();
+    }
+}
+
+/// The raft loop's lock, held by [`RaftHandle::hold_loop_for_test`].
+#[doc(hidden)]
+pub struct LoopHold {
+    release: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for LoopHold {
+    fn drop(&mut self) {
+        self.release.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// The way into the raft thread. Cheap to clone; all clones drive one node.
@@ -445,6 +508,7 @@ pub fn start_with_options(
         io: std::sync::OnceLock::new(),
         fatal: Arc::new(Fatal::default()),
         initial_voters: std::sync::OnceLock::new(),
+        leads_alone: AtomicBool::new(false),
     });
     let node = node::Node::load(
         &cfg,
@@ -455,6 +519,7 @@ pub fn start_with_options(
         shared.clone(),
     )?;
     let fatal = shared.fatal.clone();
+    let engine = node.engine();
     let thread = std::thread::Builder::new()
         .name(format!("raft-{:x}", cfg.id))
         .stack_size(RAFT_THREAD_STACK_BYTES)
@@ -463,6 +528,7 @@ pub fn start_with_options(
         inner: Arc::new(HandleInner {
             input: input_tx,
             shared,
+            engine,
             thread: parking_lot::Mutex::new(Some(thread)),
         }),
     };
@@ -488,13 +554,23 @@ impl RaftHandle {
     /// thread answering "accepted") that on an idle machine is a good part
     /// of a lone client's write latency. Resolves once queued; the returned
     /// [`ProposalRefusal`] resolves only if raft refuses it.
+    ///
+    /// On a thread that allows it ([`allow_client_turns`]), while the
+    /// member leads alone, the proposal does not wake the raft thread: the
+    /// thread turns the loop itself once the tasks already queued on it
+    /// have run (their proposals share the turn and its fdatasync).
     pub async fn propose_detached(&self, data: Vec<u8>) -> Result<ProposalRefusal, ConsensusError> {
         let slot = Arc::new(RefusalSlot::default());
-        self.send(Input::Propose {
+        let input = Input::Propose {
             data,
             reply: ProposeReply::OnRefusal(slot.clone()),
-        })
-        .await?;
+        };
+        if turns::allowed() && self.inner.shared.leads_alone.load(Ordering::Acquire) {
+            self.queue(input).await?;
+            turns::schedule(&self.inner);
+        } else {
+            self.send(input).await?;
+        }
         Ok(ProposalRefusal { slot })
     }
 
@@ -574,7 +650,15 @@ impl RaftHandle {
         self.send(Input::Step(msg)).await
     }
 
+    /// Queues `input` and wakes the raft thread for it.
     async fn send(&self, input: Input) -> Result<(), ConsensusError> {
+        self.queue(input).await?;
+        self.inner.shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// Queues `input` without waking anyone: the caller turns the loop.
+    async fn queue(&self, input: Input) -> Result<(), ConsensusError> {
         if self.inner.shared.stopping.load(Ordering::Acquire) {
             return Err(ConsensusError::Stopped);
         }
@@ -595,6 +679,8 @@ impl RaftHandle {
             .is_err()
         {
             tracing::warn!(to = %format!("{to:x}"), "raft: snapshot report dropped (input queue full)");
+        } else {
+            self.inner.shared.wake.notify_one();
         }
     }
 
@@ -634,6 +720,25 @@ impl RaftHandle {
     /// stops on an error; the apply side shares it.
     pub fn fatal(&self) -> Arc<Fatal> {
         self.inner.shared.fatal.clone()
+    }
+
+    /// Holds the raft loop's lock until the returned hold is dropped, as a
+    /// turn in progress would (for tests of who turns the loop).
+    #[doc(hidden)]
+    pub fn hold_loop_for_test(&self) -> LoopHold {
+        let engine = self.inner.engine.upgrade().expect("the raft thread runs");
+        let (held_tx, held) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let _guard = engine.lock();
+            let _ = held_tx.send(());
+            let _ = release_rx.recv();
+        });
+        let _ = held.recv();
+        LoopHold {
+            release: Some(release),
+            thread: Some(thread),
+        }
     }
 
     /// The status published after the last Ready; no round trip.

@@ -541,7 +541,11 @@ impl ClientThread {
             .name(format!("grpc-client-{index}"))
             .stack_size(api::codec::REQUEST_THREAD_STACK_BYTES)
             .spawn(move || {
+                // A lone client's put turns the raft loop here, while the
+                // member leads alone (consensus::turns).
+                consensus::allow_client_turns();
                 runtime.block_on(async move {
+                    tokio::spawn(keep_next_wake_near());
                     let stop = async move {
                         let _ = shutdown.wait_for(|stop| *stop).await;
                     };
@@ -591,6 +595,25 @@ impl ClientThread {
         })
     }
 }
+
+/// A timer armed earlier than the runtime's next wake makes tokio write the
+/// runtime's eventfd (to shorten its wait), even from the runtime's own
+/// thread: every put arms its request deadline (seconds away), and an
+/// otherwise idle connection thread's next wake is its HTTP/2 keepalive
+/// (hours away), so each put cost a write and an extra trip through
+/// epoll. A timer of this period, re-armed forever, keeps the next wake
+/// nearer than any request deadline.
+async fn keep_next_wake_near() {
+    let mut ticks = tokio::time::interval(NEXT_WAKE_PERIOD);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+    }
+}
+
+/// See [`keep_next_wake_near`]: shorter than the shortest request deadline
+/// a put arms (etcd's request timeout: 5 s plus two election timeouts).
+const NEXT_WAKE_PERIOD: Duration = Duration::from_secs(1);
 
 /// Serves the connections of `incoming` (plain or TLS) with the
 /// client port's routes: HTTP/2 gRPC and HTTP/1.1 (hyper's auto connection

@@ -444,6 +444,14 @@ impl Core {
         }
     }
 
+    /// This member leads a configuration of one voter and no learners:
+    /// nobody else's message is needed to commit, so a client thread may
+    /// turn the loop for its own proposals (`crate::turns`).
+    pub(crate) fn leads_alone(&self) -> bool {
+        let raft = &self.raw.raft;
+        raft.state == StateRole::Leader && raft.prs().is_singleton() && raft.prs().iter().len() == 1
+    }
+
     /// The member stops: every read still waiting fails.
     pub(crate) fn stop(&mut self) {
         self.reads.fail_all(|| ConsensusError::Stopped);

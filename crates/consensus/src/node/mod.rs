@@ -1,7 +1,10 @@
-//! The raft thread: the driver around the I/O-free [`core::Core`]. It owns
-//! the thread's runtime, the WAL, the `.snap` files, the transport and the
-//! queues to and from the member, waits for input or the next tick, and
-//! carries out what each Ready asks: send, persist, sync, hand to apply.
+//! The raft thread: the driver around the I/O-free [`core::Core`]. The
+//! [`Engine`] (the core, the WAL, the `.snap` files, the transport and the
+//! queues to and from the member) carries out what each Ready asks: send,
+//! persist, sync, hand to apply. It sits behind a lock: the raft thread
+//! takes it for each turn (input, a tick, a wake-up), and a client thread
+//! may take it for a turn of its own (`crate::turns`) when the member leads
+//! alone and nobody holds it.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -26,7 +29,20 @@ mod reads;
 
 use self::core::{Core, Restore};
 
+/// The raft thread's side: its runtime, its clock, and the engine it
+/// shares with client threads' turns.
 pub(crate) struct Node {
+    engine: Arc<parking_lot::Mutex<Engine>>,
+    shared: Arc<Shared>,
+    /// Built on the raft thread in `run`: a runtime must not be dropped in
+    /// the caller's async context if starting the thread fails.
+    runtime: Option<tokio::runtime::Runtime>,
+    heartbeat: Duration,
+    next_tick: Instant,
+}
+
+/// Everything a turn touches. Whoever holds the lock may turn it.
+pub(crate) struct Engine {
     core: Core,
     wal: Wal,
     snapper: Snapshotter,
@@ -34,18 +50,25 @@ pub(crate) struct Node {
     input: mpsc::Receiver<Input>,
     committed: mpsc::Sender<CommittedBatch>,
     shared: Arc<Shared>,
-    /// Built on the raft thread in `run`: a runtime must not be dropped in
-    /// the caller's async context if starting the thread fails.
-    runtime: Option<tokio::runtime::Runtime>,
-    heartbeat: Duration,
-    next_tick: Instant,
     /// The server's metrics hook (WAL writes, `.snap` saves, late heartbeats).
     observer: Option<crate::Observer>,
     heartbeats: crate::observer::HeartbeatWatch,
+    heartbeat: Duration,
+    /// What stopped a client thread's turn (a WAL write failing, a panic):
+    /// the raft thread takes it at its next wake-up and stops the loop.
+    failed: Option<ConsensusError>,
+}
+
+/// Where a turn runs: the raft thread may block on its own runtime (to let
+/// its peer links write, or to wait for room in the committed queue); a
+/// client thread, inside its own runtime, may not.
+#[derive(Clone, Copy)]
+enum Place<'a> {
+    RaftThread(&'a tokio::runtime::Runtime),
+    ClientThread,
 }
 
 enum Wake {
-    Input(Option<Input>),
     Notified,
     Tick,
 }
@@ -129,22 +152,34 @@ impl Node {
         }
         snapper.purge(cfg.applied);
         wal.purge()?;
-        let node = Node {
+        let engine = Engine {
             core,
             wal,
             snapper,
             transport,
             input,
             committed,
+            shared: shared.clone(),
+            observer: options.observer.clone(),
+            heartbeats: crate::observer::HeartbeatWatch::new(cfg.heartbeat),
+            heartbeat: cfg.heartbeat,
+            failed: None,
+        };
+        engine.publish_status();
+        Ok(Node {
+            engine: Arc::new(parking_lot::Mutex::new(engine)),
             shared,
             runtime: None,
             heartbeat: cfg.heartbeat,
             next_tick: Instant::now() + cfg.heartbeat,
-            observer: options.observer.clone(),
-            heartbeats: crate::observer::HeartbeatWatch::new(cfg.heartbeat),
-        };
-        node.publish_status();
-        Ok(node)
+        })
+    }
+
+    /// The engine, for the handle's client-thread turns: it goes with the
+    /// raft thread (and with it the committed queue's sender, which ends
+    /// the apply loop).
+    pub(crate) fn engine(&self) -> std::sync::Weak<parking_lot::Mutex<Engine>> {
+        Arc::downgrade(&self.engine)
     }
 
     pub(crate) fn run(mut self) {
@@ -155,7 +190,7 @@ impl Node {
         {
             Ok(runtime) => {
                 let _ = self.shared.io.set(runtime.handle().clone());
-                self.transport.start(runtime.handle());
+                self.engine.lock().transport.start(runtime.handle());
                 self.runtime = Some(runtime);
             }
             Err(e) => {
@@ -166,34 +201,26 @@ impl Node {
         }
         // Persist what loading produced (a campaign's vote) before waiting.
         if let Err(e) = self.turn() {
-            self.loop_exit(&e);
+            self.engine.lock().loop_exit(&e);
             self.shutdown();
             return;
         }
         loop {
-            let wake = self.wait();
-            let closed = matches!(wake, Wake::Input(None));
-            if let Wake::Input(Some(input)) = wake {
-                // raft learns what was applied before it judges a proposal:
-                // a conf change right after the last one applied must not
-                // be taken for a second pending one
-                self.core
-                    .applied_to(self.shared.applied.load(Ordering::Acquire));
-                self.core.input(input);
-            }
+            self.wait();
             if let Err(e) = self.turn() {
-                self.loop_exit(&e);
+                self.engine.lock().loop_exit(&e);
                 break;
             }
-            if closed || self.shared.stopping.load(Ordering::Acquire) {
+            if self.shared.stopping.load(Ordering::Acquire) {
                 break;
             }
         }
         self.shutdown();
     }
 
+    /// Until a wake-up (input queued, a snapshot asked for, stop) or the
+    /// next tick.
     fn wait(&mut self) -> Wake {
-        let input = &mut self.input;
         let shared = &self.shared;
         let deadline = tokio::time::Instant::from_std(self.next_tick);
         self.runtime
@@ -203,7 +230,6 @@ impl Node {
                 tokio::select! {
                     biased;
                     _ = shared.wake.notified() => Wake::Notified,
-                    msg = input.recv() => Wake::Input(msg),
                     _ = tokio::time::sleep_until(deadline) => Wake::Tick,
                 }
             })
@@ -211,41 +237,112 @@ impl Node {
 
     /// One turn of the loop after a wake-up.
     fn turn(&mut self) -> Result<(), ConsensusError> {
-        self.core
-            .applied_to(self.shared.applied.load(Ordering::Acquire));
-        for _ in 0..INPUT_QUEUE_CAPACITY {
-            match self.input.try_recv() {
-                Ok(input) => self.core.input(input),
-                Err(_) => break,
-            }
+        let runtime = self.runtime.as_ref().expect("runtime built in run");
+        let mut engine = self.engine.lock();
+        if let Some(e) = engine.failed.take() {
+            return Err(e);
         }
         let now = Instant::now();
-        if now >= self.next_tick {
-            self.core.tick();
+        let tick = now >= self.next_tick;
+        if tick {
             // one tick per wake-up: a stalled loop must not fire a burst of
             // election timeouts when it resumes
             self.next_tick = now + self.heartbeat;
         }
-        self.core
-            .applied_to(self.shared.applied.load(Ordering::Acquire));
-        self.core.spill_applied();
-        self.maybe_snapshot()?;
-        self.core.reads(now);
-        self.handle_readies()?;
-        self.publish_status();
+        let closed = engine.turn(Place::RaftThread(runtime), tick)?;
+        if closed {
+            // every handle is gone
+            self.shared.stopping.store(true, Ordering::Release);
+        }
         Ok(())
     }
 
-    fn handle_readies(&mut self) -> Result<(), ConsensusError> {
+    fn shutdown(self) {
+        let mut engine = self.engine.lock();
+        engine.shutdown();
+    }
+}
+
+impl Engine {
+    /// One turn: the queued input, a tick if due, then every Ready. Returns
+    /// whether the input queue is closed (every handle dropped).
+    fn turn(&mut self, place: Place<'_>, tick: bool) -> Result<bool, ConsensusError> {
+        // raft learns what was applied before it judges a proposal: a conf
+        // change right after the last one applied must not be taken for a
+        // second pending one
+        self.core
+            .applied_to(self.shared.applied.load(Ordering::Acquire));
+        let mut closed = false;
+        for _ in 0..INPUT_QUEUE_CAPACITY {
+            match self.input.try_recv() {
+                Ok(input) => self.core.input(input),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        if tick {
+            self.core.tick();
+        }
+        self.core
+            .applied_to(self.shared.applied.load(Ordering::Acquire));
+        self.core.spill_applied();
+        if let Place::RaftThread(_) = place {
+            // a snapshot file is the raft thread's to write
+            self.maybe_snapshot()?;
+        }
+        self.core.reads(Instant::now());
+        self.handle_readies(place)?;
+        self.publish_status();
+        Ok(closed)
+    }
+
+    /// A client thread's turn (`crate::turns`): what its proposals need,
+    /// unless the raft thread should do it (stopping, stopped on an error,
+    /// or no longer leading alone). Returns whether it turned.
+    pub(crate) fn client_turn(&mut self) -> bool {
+        if self.failed.is_some()
+            || self.shared.stopping.load(Ordering::Acquire)
+            || !self.shared.leads_alone.load(Ordering::Acquire)
+        {
+            return false;
+        }
+        let turned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.turn(Place::ClientThread, false)
+        }));
+        let failure = match turned {
+            Ok(Ok(_)) => return true,
+            Ok(Err(e)) => e,
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                ConsensusError::Corrupt(format!("a raft turn panicked: {what}"))
+            }
+        };
+        // The raft thread stops the loop, as if the turn had been its own.
+        self.failed = Some(failure);
+        self.shared.wake.notify_one();
+        true
+    }
+
+    fn handle_readies(&mut self, place: Place<'_>) -> Result<(), ConsensusError> {
         while let Some(mut persist) = self.core.ready() {
-            self.send_now(std::mem::take(&mut persist.messages));
+            self.send_now(place, std::mem::take(&mut persist.messages));
             if let Some(snapshot) = persist.snapshot.take() {
                 self.save_snapshot(&snapshot)?;
                 self.core.install_snapshot(snapshot.clone())?;
-                self.send_to_apply(CommittedBatch {
-                    snapshot: Some(snapshot),
-                    entries: Vec::new(),
-                })?;
+                self.send_to_apply(
+                    place,
+                    CommittedBatch {
+                        snapshot: Some(snapshot),
+                        entries: Vec::new(),
+                    },
+                )?;
             }
             // The save failpoints fire only on a Ready that writes something
             // (a heartbeat or a read round alone does not).
@@ -265,15 +362,15 @@ impl Node {
                 crate::fail_point!("raftAfterSave");
             }
             let advanced = self.core.advance(persist)?;
-            self.send_now(advanced.persisted_messages);
+            self.send_now(place, advanced.persisted_messages);
             if let Some(hs) = &advanced.commit {
                 self.wal.append(&[], Some(hs));
             }
-            self.send_now(advanced.messages);
+            self.send_now(place, advanced.messages);
             // Publish the commit index before the apply side can apply up
             // to it: applied must never be seen ahead of committed.
             self.publish_status();
-            self.deliver(advanced.committed)?;
+            self.deliver(place, advanced.committed)?;
         }
         Ok(())
     }
@@ -286,16 +383,17 @@ impl Node {
         Ok(())
     }
 
-    /// Sends, and lets the peer links on this thread's runtime write the
-    /// messages now rather than at the next wait: the leader's appends must
-    /// be on the wire while it fdatasyncs.
-    fn send_now(&mut self, msgs: Vec<raft::eraftpb::Message>) {
+    /// Sends, and on the raft thread lets the peer links on its runtime
+    /// write the messages now rather than at the next wait: the leader's
+    /// appends must be on the wire while it fdatasyncs. (A client thread's
+    /// send wakes the raft thread's runtime, whose links write them.)
+    fn send_now(&mut self, place: Place<'_>, msgs: Vec<raft::eraftpb::Message>) {
         if msgs.is_empty() {
             return;
         }
         self.watch_heartbeats(&msgs);
         self.transport.send(msgs);
-        if let Some(runtime) = &self.runtime {
+        if let Place::RaftThread(runtime) = place {
             runtime.block_on(tokio::task::yield_now());
         }
     }
@@ -345,17 +443,24 @@ impl Node {
     }
 
     /// Hands committed entries to the apply side.
-    fn deliver(&mut self, entries: Vec<Entry>) -> Result<(), ConsensusError> {
+    fn deliver(&mut self, place: Place<'_>, entries: Vec<Entry>) -> Result<(), ConsensusError> {
         if entries.is_empty() {
             return Ok(());
         }
-        self.send_to_apply(CommittedBatch {
-            snapshot: None,
-            entries,
-        })
+        self.send_to_apply(
+            place,
+            CommittedBatch {
+                snapshot: None,
+                entries,
+            },
+        )
     }
 
-    fn send_to_apply(&mut self, batch: CommittedBatch) -> Result<(), ConsensusError> {
+    fn send_to_apply(
+        &mut self,
+        place: Place<'_>,
+        batch: CommittedBatch,
+    ) -> Result<(), ConsensusError> {
         // Nothing queued or being applied: the hook may apply it right here.
         let batch = match self.shared.inline_apply.get() {
             Some(apply) if self.shared.queued_batches.load(Ordering::Acquire) == 0 => {
@@ -369,15 +474,35 @@ impl Node {
         self.shared.queued_batches.fetch_add(1, Ordering::AcqRel);
         let tx = &self.committed;
         let shared = &self.shared;
-        self.runtime
-            .as_ref()
-            .expect("runtime built in run")
-            .block_on(async {
+        match place {
+            Place::RaftThread(runtime) => runtime.block_on(async {
                 tokio::select! {
                     sent = tx.send(batch) => sent.map_err(|_| ConsensusError::Stopped),
                     _ = wait_for_stop(shared) => Err(ConsensusError::Stopped),
                 }
-            })
+            }),
+            // A client thread cannot wait on a runtime: it waits for room
+            // as the raft thread would, a millisecond at a time (the apply
+            // side lags by a full queue: every write waits anyway).
+            Place::ClientThread => {
+                let mut batch = batch;
+                loop {
+                    match tx.try_send(batch) {
+                        Ok(()) => return Ok(()),
+                        Err(mpsc::error::TrySendError::Closed(_)) => {
+                            return Err(ConsensusError::Stopped)
+                        }
+                        Err(mpsc::error::TrySendError::Full(back)) => {
+                            if shared.stopping.load(Ordering::Acquire) {
+                                return Err(ConsensusError::Stopped);
+                            }
+                            batch = back;
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Writes a snapshot at the durable index the apply side gave us, then
@@ -398,6 +523,9 @@ impl Node {
     }
 
     fn publish_status(&self) {
+        self.shared
+            .leads_alone
+            .store(self.core.leads_alone(), Ordering::Release);
         let status = self.core.status();
         let role = crate::Role {
             is_leader: status.is_leader,
@@ -422,7 +550,7 @@ impl Node {
         }
     }
 
-    fn shutdown(mut self) {
+    fn shutdown(&mut self) {
         if let Err(e) = self.wal.sync() {
             tracing::error!(error = %e, "raft: final WAL sync failed");
         }

@@ -300,12 +300,15 @@ impl Engine {
     }
 
     /// A client thread's turn (`crate::turns`): what its proposals need,
-    /// unless the raft thread should do it (stopping, stopped on an error,
-    /// or no longer leading alone). Returns whether it turned.
+    /// unless the raft thread should do it: stopping, stopped on an error,
+    /// no longer leading alone, or the apply side busy (batches queued: the
+    /// turn's batch would queue too, and only the raft thread may wait for
+    /// room in a full queue). Returns whether it turned.
     pub(crate) fn client_turn(&mut self) -> bool {
         if self.failed.is_some()
             || self.shared.stopping.load(Ordering::Acquire)
             || !self.shared.leads_alone.load(Ordering::Acquire)
+            || self.shared.queued_batches.load(Ordering::Acquire) > 0
         {
             return false;
         }
@@ -481,9 +484,10 @@ impl Engine {
                     _ = wait_for_stop(shared) => Err(ConsensusError::Stopped),
                 }
             }),
-            // A client thread cannot wait on a runtime: it waits for room
-            // as the raft thread would, a millisecond at a time (the apply
-            // side lags by a full queue: every write waits anyway).
+            // A client thread cannot wait on a runtime. It turns only while
+            // nothing is queued, and one turn queues a few batches at most:
+            // should the queue still be full, it waits for room as the raft
+            // thread would, a millisecond at a time.
             Place::ClientThread => {
                 let mut batch = batch;
                 loop {

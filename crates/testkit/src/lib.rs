@@ -269,6 +269,7 @@ impl Process {
         let end = Instant::now() + deadline;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
+                self.wait_log_closed(Duration::from_secs(5));
                 return Some(status);
             }
             if Instant::now() >= end {
@@ -276,6 +277,22 @@ impl Process {
                 return None;
             }
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Until the log's reader has read the exited process's last line (the
+    /// pipe's end), so that `log_lines` holds all it wrote: the reader
+    /// thread may still be behind when the exit is seen.
+    fn wait_log_closed(&self, deadline: Duration) {
+        let end = Instant::now() + deadline;
+        let (state, cv) = &*self.log;
+        let mut guard = state.lock().unwrap();
+        while !guard.closed {
+            let now = Instant::now();
+            if now >= end {
+                return;
+            }
+            guard = cv.wait_timeout(guard, end - now).unwrap().0;
         }
     }
 }

@@ -64,14 +64,19 @@ impl Fatal {
     /// rather than a dead thread in a process that stays up.
     pub fn run_thread(&self, thread: &str, body: impl FnOnce()) {
         if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
+            let what = panic_message(panic.as_ref());
             self.raise(format!("the {thread} thread panicked: {what}"));
         }
     }
+}
+
+/// What a caught panic said (its `&str` or `String` payload).
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

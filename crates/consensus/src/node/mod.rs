@@ -318,14 +318,10 @@ impl Engine {
         let failure = match turned {
             Ok(Ok(_)) => return true,
             Ok(Err(e)) => e,
-            Err(panic) => {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
-                ConsensusError::Corrupt(format!("a raft turn panicked: {what}"))
-            }
+            Err(panic) => ConsensusError::Corrupt(format!(
+                "a raft turn panicked: {}",
+                crate::fatal::panic_message(panic.as_ref())
+            )),
         };
         // The raft thread stops the loop, as if the turn had been its own.
         self.failed = Some(failure);

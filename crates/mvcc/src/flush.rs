@@ -84,6 +84,73 @@ mod tests {
     use crate::test_util::put_at;
     use crate::Store;
 
+    /// A durable commit syncs with the writer lock released: a write goes
+    /// through meanwhile, a periodic commit is deferred (not waited for),
+    /// and the durable index is the one the commit wrote before its sync.
+    #[test]
+    fn writes_go_on_while_a_durable_commit_syncs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let store = Arc::new(Store::open(&path).unwrap());
+        put_at(&store, 1, "a", b"1", 0);
+        store.commit(false).unwrap();
+        put_at(&store, 2, "b", b"2", 0);
+        let (entered, in_sync) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let released = std::sync::Mutex::new(released);
+        *store.before_sync.lock() = Some(Box::new(move || {
+            let _ = entered.send(());
+            let _ = released.lock().unwrap().recv();
+        }));
+        let durable = {
+            let store = store.clone();
+            std::thread::spawn(move || store.commit(true))
+        };
+        in_sync.recv().unwrap();
+        // the sync is held open: writes and reads go on
+        put_at(&store, 3, "c", b"3", 0);
+        assert!(matches!(
+            store.commit_or_defer(),
+            Err(crate::MvccError::Deferred)
+        ));
+        assert_eq!(store.durable_consistent_index(), 0);
+        release.send(()).unwrap();
+        durable.join().unwrap().unwrap();
+        *store.before_sync.lock() = None;
+        assert_eq!(store.durable_consistent_index(), 2);
+        // the deferred batch goes with the next commit
+        store.commit(true).unwrap();
+        assert_eq!(store.durable_consistent_index(), 3);
+        drop(store);
+        let reopened = Store::open(&path).unwrap();
+        assert_eq!(reopened.consistent_index(), 3);
+        for key in ["a", "b", "c"] {
+            let got = reopened
+                .range(&api::etcdserverpb::RangeRequest {
+                    key: key.as_bytes().to_vec().into(),
+                    ..Default::default()
+                })
+                .unwrap();
+            assert_eq!(got.kvs.len(), 1, "{key} is in the file");
+        }
+    }
+
+    /// A durable commit with nothing new since the last one writes nothing;
+    /// one after commits without fsync makes them durable.
+    #[test]
+    fn a_durable_commit_makes_earlier_batches_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db")).unwrap();
+        put_at(&store, 1, "a", b"1", 0);
+        store.commit(false).unwrap();
+        assert_eq!(store.durable_consistent_index(), 0);
+        store.commit(true).unwrap();
+        assert_eq!(store.durable_consistent_index(), 1);
+        assert!(!store.not_durable.load(Ordering::Acquire));
+        store.commit(true).unwrap();
+        assert_eq!(store.durable_consistent_index(), 1);
+    }
+
     #[test]
     fn the_flusher_clears_the_mark_a_batch_commit_leaves() {
         let dir = tempfile::tempdir().unwrap();

@@ -295,11 +295,19 @@ impl Applier {
 
     /// Commits the backend. Ok(false): deferred by a defragmentation that is
     /// copying the file (the batch stays in memory and goes to the new file
-    /// after the swap; no snapshot, which would release WAL, until then).
+    /// after the swap; no snapshot, which would release WAL, until then),
+    /// or, without fsync, by a durable commit's sync under way (the next
+    /// commit carries the batch; writes do not wait for the sync).
     /// A failed commit halts apply (etcd: "failed to commit tx"); the WAL
     /// still holds every entry, so stopping loses nothing.
     fn commit(&self, durable: bool) -> Result<bool, Halted> {
-        match self.machine.store.commit(durable) {
+        let store = &self.machine.store;
+        let committed = if durable {
+            store.commit(true)
+        } else {
+            store.commit_or_defer()
+        };
+        match committed {
             Ok(()) => Ok(true),
             Err(mvcc::MvccError::Deferred) => Ok(false),
             Err(e) => Err(self.halt(format!("failed to commit the backend: {e}"))),

@@ -87,6 +87,11 @@
 //!   records it covers. A commit is `Durability::None` unless asked durable
 //!   (`Immediate`); [`Store::durable_consistent_index`] is what an
 //!   `Immediate` commit covered, the only index up to which the WAL may go.
+//!   [`Store::commit`]'s durable commit writes its batch without fsync
+//!   under the writer lock, then makes it durable with an empty
+//!   `Immediate` transaction outside it (redb persists the commits before
+//!   a durable one); the durable index moves only once that returned, and
+//!   no commit goes in between (they wait, or are deferred).
 //! * Readers see published-but-uncommitted writes: values are looked up in
 //!   the pending overlay first, then in a redb read transaction begun after
 //!   the overlay miss. The writer removes overlay entries only after the redb

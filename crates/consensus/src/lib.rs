@@ -453,17 +453,7 @@ impl Drop for HandleInner {
 /// The raft loop's lock, held by [`RaftHandle::hold_loop_for_test`].
 #[doc(hidden)]
 pub struct LoopHold {
-    release: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for LoopHold {
-    fn drop(&mut self) {
-        self.release.take();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
+    _guard: parking_lot::ArcMutexGuard<parking_lot::RawMutex, node::Engine>,
 }
 
 /// The way into the raft thread. Cheap to clone; all clones drive one node.
@@ -727,17 +717,8 @@ impl RaftHandle {
     #[doc(hidden)]
     pub fn hold_loop_for_test(&self) -> LoopHold {
         let engine = self.inner.engine.upgrade().expect("the raft thread runs");
-        let (held_tx, held) = std::sync::mpsc::channel();
-        let (release, release_rx) = std::sync::mpsc::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let _guard = engine.lock();
-            let _ = held_tx.send(());
-            let _ = release_rx.recv();
-        });
-        let _ = held.recv();
         LoopHold {
-            release: Some(release),
-            thread: Some(thread),
+            _guard: engine.lock_arc(),
         }
     }
 

@@ -619,14 +619,6 @@ fn load_side_from(
     Ok(out)
 }
 
-/// Writes the batch with its consistent index in one transaction. Returns
-/// the change of the bytes in use: the bytes the batch wrote less those it
-/// removed (keys and values; the pages' own overhead is counted at the next
-/// count, a defragmentation's). redb counts pages by walking every page of
-/// every table, which costs as much as reading the whole file (through the
-/// page cache, evicting the hot pages), under the writer lock: never in a
-/// commit (the last commit of a stopping member walked 30k pages, 0.7 s at
-/// 285 MB; a compaction's last batch stalled writes 200 ms at 570 MB).
 /// Makes every commit before it durable: an empty write transaction
 /// committed with fsync (redb persists the commits made without one, and the
 /// pages they freed, with the next durable commit).
@@ -637,6 +629,14 @@ pub(crate) fn sync_commits(db: &Database) -> Result<(), MvccError> {
     txn.commit().map_err(backend_error)
 }
 
+/// Writes the batch with its consistent index in one transaction. Returns
+/// the change of the bytes in use: the bytes the batch wrote less those it
+/// removed (keys and values; the pages' own overhead is counted at the next
+/// count, a defragmentation's). redb counts pages by walking every page of
+/// every table, which costs as much as reading the whole file (through the
+/// page cache, evicting the hot pages), under the writer lock: never in a
+/// commit (the last commit of a stopping member walked 30k pages, 0.7 s at
+/// 285 MB; a compaction's last batch stalled writes 200 ms at 570 MB).
 pub(crate) fn commit_batch(db: &Database, batch: &Batch<'_>) -> Result<i64, MvccError> {
     let (mut written, mut removed) = (0i64, 0i64);
     let mut count = |added: usize, old: Option<usize>| {

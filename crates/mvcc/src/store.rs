@@ -576,15 +576,13 @@ impl Store {
             && pending.compact_revision.is_none()
             && pending.finished_compact_revision.is_none()
             && pending.side.is_empty();
-        let already_durable = self.durable_consistent_index() == consistent_index
-            && !self.not_durable.load(Ordering::Acquire);
-        let nothing_to_do = match kind {
-            CommitKind::Batch => nothing_pending,
-            CommitKind::Durable => {
-                nothing_pending && self.durable_consistent_index() == consistent_index
-            }
-            CommitKind::Staged => nothing_pending && already_durable,
-        };
+        let index_durable = self.durable_consistent_index() == consistent_index;
+        let nothing_to_do = nothing_pending
+            && match kind {
+                CommitKind::Batch => true,
+                CommitKind::Durable => index_durable,
+                CommitKind::Staged => index_durable && !self.not_durable.load(Ordering::Acquire),
+            };
         if nothing_to_do {
             return Ok(None);
         }

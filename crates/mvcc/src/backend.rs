@@ -8,6 +8,7 @@ use bytes::Bytes;
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::key_index::KeyIndexTree;
+use crate::parts::{ReadParts, Records};
 use crate::revision::{Revision, RevisionKey};
 use crate::MvccError;
 
@@ -64,9 +65,10 @@ pub(crate) const META_FINISHED_COMPACT_REV: &str = "finishedCompactRev";
 pub(crate) const META_SCHEDULED_COMPACT_REV: &str = "scheduledCompactRev";
 pub(crate) const META_FORMAT_VERSION: &str = "mvcc_format_version";
 /// Bumped on any incompatible change of the layout in the crate doc.
-/// Version 2 seals every `key` record with a checksum; a version 1 file is
-/// upgraded in place when opened or restored ([`upgrade_format`]).
-pub(crate) const FORMAT_VERSION: u32 = 2;
+/// Version 2 seals every `key` record with a checksum; version 3 stores
+/// records longer than a page in parts ([`crate::parts`]). A file of an
+/// older version is upgraded when opened or restored ([`upgrade_format`]).
+pub(crate) const FORMAT_VERSION: u32 = 3;
 
 /// The tag of a record's checksum: protobuf field 15, wire type 5
 /// (fixed32), so a sealed record is still a valid `mvccpb.KeyValue`
@@ -256,7 +258,7 @@ pub(crate) fn open_database_with(path: &Path, check_pages: bool) -> Result<Datab
     // meet a missing table.
     let txn = db.begin_write().map_err(backend_error)?;
     {
-        txn.open_table(KEY_TABLE).map_err(backend_error)?;
+        Records::open(&txn)?;
         let mut meta = txn.open_table(META_TABLE).map_err(backend_error)?;
         let existing = meta
             .get(META_FORMAT_VERSION)
@@ -284,7 +286,9 @@ fn damaged_record(path: &Path) -> Option<MvccError> {
 const UPGRADE_CHUNK: usize = 10_000;
 
 /// Brings a file written in an older format (as recorded in meta) to
-/// [`FORMAT_VERSION`] inside `txn`: version 1 records get their checksum.
+/// [`FORMAT_VERSION`] inside `txn`: version 1 records get their checksum
+/// (and long ones are stored in parts); version 2 files need nothing (their
+/// records are all whole, which version 3 reads as it reads short ones).
 /// Refuses a newer format.
 pub(crate) fn upgrade_format(txn: &redb::WriteTransaction) -> Result<(), MvccError> {
     let mut meta = txn.open_table(META_TABLE).map_err(backend_error)?;
@@ -300,19 +304,24 @@ pub(crate) fn upgrade_format(txn: &redb::WriteTransaction) -> Result<(), MvccErr
     if version == FORMAT_VERSION {
         return Ok(());
     }
+    if version == 2 {
+        meta.insert(META_FORMAT_VERSION, &FORMAT_VERSION.to_be_bytes()[..])
+            .map_err(backend_error)?;
+        return Ok(());
+    }
     if version != 1 {
         return Err(MvccError::Corrupt(format!(
-            "unsupported mvcc format version {version} (this oxcd reads 1 and {FORMAT_VERSION})"
+            "unsupported mvcc format version {version} (this oxcd reads 1 to {FORMAT_VERSION})"
         )));
     }
-    let mut table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
+    let mut records = Records::open(txn)?;
     let mut from: Option<Vec<u8>> = None;
     let mut resealed = 0u64;
     loop {
         let chunk: Vec<(Vec<u8>, Vec<u8>)> = {
             let rows = match &from {
-                Some(after) => table.range::<&[u8]>(after.as_slice()..),
-                None => table.range::<&[u8]>(..),
+                Some(after) => records.table.range::<&[u8]>(after.as_slice()..),
+                None => records.table.range::<&[u8]>(..),
             }
             .map_err(backend_error)?;
             rows.skip(usize::from(from.is_some()))
@@ -324,9 +333,7 @@ pub(crate) fn upgrade_format(txn: &redb::WriteTransaction) -> Result<(), MvccErr
         let Some((last, _)) = chunk.last() else { break };
         from = Some(last.clone());
         for (key, value) in chunk {
-            table
-                .insert(key.as_slice(), &seal(value)[..])
-                .map_err(backend_error)?;
+            records.insert(key.as_slice(), &seal(value))?;
             resealed += 1;
         }
     }
@@ -414,12 +421,13 @@ pub(crate) fn load_from(db: &impl ReadableDatabase) -> Result<Loaded, MvccError>
     } = read_meta(db)?;
     let txn = db.begin_read().map_err(backend_error)?;
     let table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
+    let parts = ReadParts::open(&txn)?;
     let mut indexer = Indexer::default();
     for entry in table.iter().map_err(backend_error)? {
         let (k, v) = entry.map_err(backend_error)?;
-        indexer.add(k.value(), v.value())?;
+        indexer.add(k.value(), &parts.join(k.value(), v.value())?)?;
     }
-    drop(table);
+    drop((table, parts));
     drop(txn);
     read_small_tables(db)?;
     Ok(indexer.finish(Meta {
@@ -439,7 +447,7 @@ pub(crate) struct Indexer {
 }
 
 impl Indexer {
-    /// The next record of the `key` table (its key and value as stored).
+    /// The next record of the `key` table (its key and whole record).
     pub(crate) fn add(&mut self, key: &[u8], value: &[u8]) -> Result<(), MvccError> {
         let (revision, tombstone) = RevisionKey::parse(key)?;
         let record = unseal(value).map_err(|e| e.at(revision))?;
@@ -651,7 +659,7 @@ pub(crate) fn commit_batch(db: &Database, batch: &Batch<'_>) -> Result<i64, Mvcc
     })
     .map_err(backend_error)?;
     {
-        let mut table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
+        let mut table = Records::open(&txn)?;
         for (revision, (tombstone, value)) in batch.records {
             let key = RevisionKey::new(*revision, *tombstone);
             // Checked right before it is written, as it is right after it is
@@ -660,20 +668,14 @@ pub(crate) fn commit_batch(db: &Database, batch: &Batch<'_>) -> Result<i64, Mvcc
                 unseal(value).is_ok(),
                 "the record of revision {revision:?} is sealed"
             );
-            let replaced = table
-                .insert(key.as_slice(), &value[..])
-                .map_err(backend_error)?
-                .map(|old| key.as_slice().len() + old.value().len());
-            count(key.as_slice().len() + value.len(), replaced);
+            let (written, replaced) = table.insert(key.as_slice(), value)?;
+            count(written, Some(replaced));
         }
         // After the inserts: a record compacted while still pending is written
         // and removed in the same transaction.
         for key in batch.deletions {
-            let removed = table
-                .remove(key.as_slice())
-                .map_err(backend_error)?
-                .map(|old| key.as_slice().len() + old.value().len());
-            count(0, removed);
+            let removed = table.remove(key.as_slice())?;
+            count(0, Some(removed));
         }
         let mut meta = txn.open_table(META_TABLE).map_err(backend_error)?;
         meta.insert(
@@ -724,7 +726,7 @@ mod tests {
         // pages there read the whole file (30k preads, 0.7 s at 285 MB).
         let dir = tempfile::tempdir().unwrap();
         let db = create_private(&builder(), &dir.path().join("db")).unwrap();
-        let value = seal(vec![7; 8000]);
+        let value = seal(vec![7; 3000]);
         let records = BTreeMap::from([(Revision::new(2, 0), (false, value.clone()))]);
         let side = BTreeMap::new();
         let batch = |durable| Batch {

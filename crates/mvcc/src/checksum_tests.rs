@@ -93,6 +93,9 @@ fn a_format_1_file_is_upgraded_in_place_and_hashes_the_same() {
     for i in 0..25 {
         put_at(&current, i + 1, &format!("k{}", i % 7), format!("v{i}"), 0);
     }
+    // a long record, stored in parts once upgraded
+    let long = vec![b'l'; 3 * crate::parts::PART_BYTES];
+    put_at(&current, 26, "long", &long, 0);
     current.commit(true).unwrap();
     {
         let v1 = redb::Database::create(&path).unwrap();
@@ -102,9 +105,11 @@ fn a_format_1_file_is_upgraded_in_place_and_hashes_the_same() {
             let read = source.begin_read().unwrap();
             let from = read.open_table(KEY_TABLE).unwrap();
             let mut to = txn.open_table(KEY_TABLE).unwrap();
+            let parts = crate::parts::ReadParts::open(&read).unwrap();
             for row in from.iter().unwrap() {
                 let (k, v) = row.unwrap();
-                let payload = backend::unseal(v.value()).unwrap();
+                let whole = parts.join(k.value(), v.value()).unwrap();
+                let payload = backend::unseal(&whole).unwrap();
                 to.insert(k.value(), payload).unwrap();
             }
             let mut meta = txn.open_table(META_TABLE).unwrap();
@@ -116,7 +121,9 @@ fn a_format_1_file_is_upgraded_in_place_and_hashes_the_same() {
     let upgraded = Store::open(&path).unwrap();
     assert_eq!(upgraded.hash_kv(0).unwrap(), current.hash_kv(0).unwrap());
     assert_eq!(get(&upgraded, "k3").unwrap(), get(&current, "k3").unwrap());
-    put_at(&upgraded, 26, "after", "v", 0);
+    assert_eq!(get(&upgraded, "long").unwrap(), long);
+    assert_eq!(parts_in(&upgraded), 3);
+    put_at(&upgraded, 27, "after", "v", 0);
     upgraded.commit(true).unwrap();
     drop(upgraded);
     let reopened = Store::open(&path).unwrap();
@@ -129,6 +136,70 @@ fn a_format_1_file_is_upgraded_in_place_and_hashes_the_same() {
         .value()
         .to_vec();
     assert_eq!(version, backend::FORMAT_VERSION.to_be_bytes());
+}
+
+fn parts_in(store: &Store) -> u64 {
+    use redb::ReadableTableMetadata;
+    let txn = store.db().begin_read().unwrap();
+    let parts = txn.open_table(crate::parts::PART_TABLE).unwrap();
+    parts.len().unwrap()
+}
+
+#[test]
+fn a_format_2_file_keeps_its_whole_long_records_and_stores_new_ones_in_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v2.db");
+    let long = vec![b'w'; 10_000];
+    // Format 2: every record whole, no parts table.
+    let record = api::mvccpb::KeyValue {
+        key: b"whole".to_vec().into(),
+        create_revision: 2,
+        mod_revision: 2,
+        version: 1,
+        value: long.clone().into(),
+        lease: 0,
+    };
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut keys = txn.open_table(KEY_TABLE).unwrap();
+            let key =
+                crate::revision::RevisionKey::new(crate::revision::Revision::new(2, 0), false);
+            let sealed = backend::seal(prost::Message::encode_to_vec(&record));
+            keys.insert(key.as_slice(), &sealed[..]).unwrap();
+            let mut meta = txn.open_table(META_TABLE).unwrap();
+            meta.insert(META_FORMAT_VERSION, &2u32.to_be_bytes()[..])
+                .unwrap();
+            meta.insert(backend::META_CONSISTENT_INDEX, &1u64.to_be_bytes()[..])
+                .unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    assert_eq!(get(&store, "whole").unwrap(), long);
+    put_at(&store, 2, "parts", &long, 0);
+    store.commit(true).unwrap();
+    assert_eq!(parts_in(&store), 2, "the new record, in parts");
+    assert_eq!(get(&store, "whole").unwrap(), long);
+    assert_eq!(get(&store, "parts").unwrap(), long);
+    let hash = store.hash_kv(0).unwrap();
+    drop(store);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.hash_kv(0).unwrap(), hash);
+    let txn = store.db().begin_read().unwrap();
+    let meta = txn.open_table(META_TABLE).unwrap();
+    let version = meta
+        .get(META_FORMAT_VERSION)
+        .unwrap()
+        .unwrap()
+        .value()
+        .to_vec();
+    assert_eq!(
+        version,
+        backend::FORMAT_VERSION.to_be_bytes(),
+        "an older oxcd refuses it now"
+    );
 }
 
 #[test]

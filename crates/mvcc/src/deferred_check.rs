@@ -35,6 +35,7 @@ use std::sync::atomic::Ordering;
 use redb::ReadableDatabase;
 
 use crate::backend::{self, backend_error, KEY_TABLE};
+use crate::parts::ReadParts;
 use crate::revision::RevisionKey;
 use crate::{MvccError, Store};
 
@@ -125,6 +126,7 @@ impl Store {
             let db = self.db();
             let txn = db.begin_read().map_err(backend_error)?;
             let table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
+            let parts = ReadParts::open(&txn)?;
             let lower = match &after {
                 Some(key) => Bound::Excluded(key.as_slice()),
                 None => Bound::Unbounded,
@@ -136,7 +138,8 @@ impl Store {
             {
                 let (key, value) = entry.map_err(backend_error)?;
                 let (revision, _) = RevisionKey::parse(key.value())?;
-                let record = backend::unseal(value.value()).map_err(|e| e.at(revision))?;
+                let whole = parts.join(key.value(), value.value())?;
+                let record = backend::unseal(&whole).map_err(|e| e.at(revision))?;
                 backend::scan_key_value(record)?;
                 read += 1;
                 if read == CHUNK_RECORDS {

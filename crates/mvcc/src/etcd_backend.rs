@@ -158,9 +158,11 @@ fn write_buckets(
     out.begin_bucket(eb::KEY.as_bytes()).map_err(bbolt_error)?;
     match txn.open_table(KEY_TABLE) {
         Ok(table) => {
+            let parts = crate::parts::ReadParts::open(txn)?;
             for row in table.iter().map_err(backend_error)? {
                 let (k, v) = row.map_err(backend_error)?;
-                let payload = crate::backend::unseal(v.value()).map_err(|_| {
+                let whole = parts.join(k.value(), v.value())?;
+                let payload = crate::backend::unseal(&whole).map_err(|_| {
                     MvccError::Corrupt("a key record's checksum does not match".into())
                 })?;
                 out.put(k.value(), payload).map_err(bbolt_error)?;
@@ -315,7 +317,7 @@ pub fn import_bbolt(
         .map_err(backend_error)?;
     let mut summary = BboltRestore::default();
     {
-        let mut keys = txn.open_table(KEY_TABLE).map_err(backend_error)?;
+        let mut keys = crate::parts::Records::open(&txn)?;
         if let Some(mut cursor) = reader.bucket(eb::KEY.as_bytes()).map_err(read_error)? {
             while let Some(item) = cursor.next(&mut reader).map_err(read_error)? {
                 let (revision, _) = crate::revision::RevisionKey::parse(item.key)?;
@@ -326,7 +328,7 @@ pub fn import_bbolt(
                     ))
                 })?;
                 let sealed = crate::backend::seal(item.value.to_vec());
-                keys.insert(item.key, &sealed[..]).map_err(backend_error)?;
+                keys.insert(item.key, &sealed)?;
                 summary.revision = summary.revision.max(revision.main);
                 summary.keys_records += 1;
             }

@@ -27,6 +27,7 @@ use parking_lot::Mutex;
 use redb::{ReadOnlyTable, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 
 use crate::backend::{backend_error, SideTable, KEY_TABLE, META_CONSISTENT_INDEX, META_TABLE};
+use crate::parts::ReadParts;
 use crate::revision::{Revision, RevisionKey};
 use crate::{MvccError, Store};
 
@@ -59,6 +60,23 @@ where
     Ok(())
 }
 
+/// [`hash_table`] of the `key` table, long records joined from their parts
+/// (the hash does not depend on how a record is stored).
+fn hash_records_table(
+    txn: &redb::ReadTransaction,
+    hasher: &mut crc32fast::Hasher,
+) -> Result<(), MvccError> {
+    let table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
+    let parts = ReadParts::open(txn)?;
+    hasher.update(KEY_TABLE.name().as_bytes());
+    for row in table.iter().map_err(backend_error)? {
+        let (k, v) = row.map_err(backend_error)?;
+        hasher.update(k.value());
+        hasher.update(&parts.join(k.value(), v.value())?);
+    }
+    Ok(())
+}
+
 impl Store {
     /// Commits what is pending, then hashes the file as of that commit.
     /// Returns (hash, the store's revision at the hash).
@@ -72,7 +90,7 @@ impl Store {
             (txn, self.current_revision())
         };
         let mut hasher = crc32fast::Hasher::new();
-        hash_table(&txn, KEY_TABLE, &mut hasher, |_| true)?;
+        hash_records_table(&txn, &mut hasher)?;
         hash_table(&txn, META_TABLE, &mut hasher, |key| {
             key != META_CONSISTENT_INDEX.as_bytes()
         })?;
@@ -128,6 +146,7 @@ struct HashSource {
     overlay: Vec<(RevisionKey, Bytes)>,
     deleted: HashSet<RevisionKey>,
     table: ReadOnlyTable<&'static [u8], &'static [u8]>,
+    parts: ReadParts,
     upper: RevisionKey,
 }
 
@@ -197,6 +216,7 @@ impl Store {
             overlay,
             deleted,
             table,
+            parts: ReadParts::open(&txn)?,
             upper,
         })
     }
@@ -330,6 +350,7 @@ where
         overlay,
         deleted,
         table,
+        parts,
         upper,
     } = source;
     let mut crc = crc32c::crc32c(b"key");
@@ -367,7 +388,8 @@ where
         let (parsed, tombstone) = RevisionKey::parse(key)?;
         let revision_key = RevisionKey::new(parsed, tombstone);
         if !deleted.contains(&revision_key) {
-            record(&revision_key, unseal(parsed, v.value())?);
+            let whole = parts.join(key, v.value())?;
+            record(&revision_key, unseal(parsed, &whole)?);
         }
     }
     for (pending_key, value) in overlay {

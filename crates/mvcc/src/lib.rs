@@ -36,9 +36,9 @@
 //! # Ok::<(), mvcc::MvccError>(())
 //! ```
 //!
-//! # On-disk layout (format version 2)
+//! # On-disk layout (format version 3)
 //!
-//! One redb 4 database with two tables (and the side tables below).
+//! One redb 4 database with three tables (and the side tables below).
 //!
 //! Table `key` (`&[u8]` → `&[u8]`): one record per change.
 //!
@@ -64,6 +64,14 @@
 //! file with such a record fails. Format 1 (the same without the seal) is
 //! upgraded in place when opened or installed as a snapshot.
 //!
+//! A sealed record longer than `parts::PART_BYTES` (4,062 B) is stored
+//! in page-sized parts in table `key_parts` (`&[u8]` → `&[u8]`: the
+//! record's key and the part's number, u32 big-endian → exactly 4,062
+//! bytes of the record), and only its last bytes in `key`, followed by
+//! `0x75` and the number of parts (u32 little-endian); readers join them
+//! back (see the `parts` module). Format 2 (every record whole) is read as it is and
+//! marked 3 when opened: its whole long records stay as they are.
+//!
 //! Table `meta` (`&str` → `&[u8]`):
 //!
 //! | key | value |
@@ -71,7 +79,7 @@
 //! | `consistent_index` | u64 big-endian: last raft index whose effects the file holds |
 //! | `scheduledCompactRev` | i64 big-endian: last compaction requested |
 //! | `finishedCompactRev` | i64 big-endian: last compaction whose deletions are in the file |
-//! | `mvcc_format_version` | u32 big-endian: 2 |
+//! | `mvcc_format_version` | u32 big-endian: 3 |
 //!
 //! Side tables `members`, `lease`, `alarm` and `auth` (`u64` → `&[u8]`, see
 //! [`SideTable`]) hold records the server encodes (a member, a
@@ -126,6 +134,7 @@ mod hash;
 mod index_checkpoint;
 mod io_priority;
 pub mod key_index;
+mod parts;
 mod range;
 pub mod record_stream;
 pub mod revision;
@@ -190,6 +199,8 @@ pub enum MvccError {
 mod checksum_tests;
 #[cfg(test)]
 mod key_index_memory_tests;
+#[cfg(test)]
+mod parts_tests;
 #[cfg(test)]
 mod test_util;
 #[cfg(test)]

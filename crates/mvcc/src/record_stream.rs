@@ -30,6 +30,7 @@ use redb::{
 };
 
 use crate::backend::{self, backend_error, SideTable, KEY_TABLE, META_TABLE};
+use crate::parts::{ReadParts, Records};
 use crate::{MvccError, Store};
 
 /// Bytes handed to the writer's sink at a time.
@@ -127,6 +128,18 @@ impl Encoder<'_> {
         Ok(())
     }
 
+    /// The `key` table's records, long ones joined from their parts (the
+    /// stream carries whole records, however a file stores them).
+    fn records(&mut self, from: &ReadTransaction, tag: u8) -> Result<(), MvccError> {
+        let table = from.open_table(KEY_TABLE).map_err(backend_error)?;
+        let parts = ReadParts::open(from)?;
+        for row in table.iter().map_err(backend_error)? {
+            let (k, v) = row.map_err(backend_error)?;
+            self.frame(tag, k.value(), &parts.join(k.value(), v.value())?)?;
+        }
+        Ok(())
+    }
+
     fn end(mut self) -> Result<(), MvccError> {
         self.flush()?;
         let mut end = Vec::with_capacity(13);
@@ -161,7 +174,7 @@ impl Store {
         };
         for (byte, tag) in TABLES {
             match tag {
-                Tag::Key => encoder.table(&snapshot, byte, KEY_TABLE)?,
+                Tag::Key => encoder.records(&snapshot, byte)?,
                 Tag::Meta => encoder.table(&snapshot, byte, META_TABLE)?,
                 Tag::Side(side) => encoder.table(&snapshot, byte, side.definition())?,
             }
@@ -350,7 +363,11 @@ impl RecordsBuilder {
                             .add(&self.buf[frame.key.clone()], &self.buf[frame.value.clone()])
                             .map_err(damaged)?;
                     }
-                    insert_run(txn, KEY_TABLE, now, &self.buf)?
+                    let mut records = Records::open(txn)?;
+                    for frame in now {
+                        records
+                            .insert(&self.buf[frame.key.clone()], &self.buf[frame.value.clone()])?;
+                    }
                 }
                 Tag::Meta => {
                     // redb decodes a `&str` key without checking it

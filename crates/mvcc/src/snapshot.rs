@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use redb::{Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::backend::{self, backend_error, SideTable, KEY_TABLE, META_TABLE};
+use crate::parts::PART_TABLE;
 use crate::store::{IndexState, Pending, INITIAL_REVISION, NO_COMPACTION};
 use crate::{MvccError, Store};
 
@@ -38,11 +39,21 @@ where
     Ok(())
 }
 
-pub(crate) fn copy_all(
+/// The `key` table and its parts, as stored (a copy keeps the source's
+/// format version, in meta, with them).
+pub(crate) fn copy_records(
     from: &redb::ReadTransaction,
     to: &redb::WriteTransaction,
 ) -> Result<(), MvccError> {
     copy_table(from, to, KEY_TABLE)?;
+    copy_table(from, to, PART_TABLE)
+}
+
+pub(crate) fn copy_all(
+    from: &redb::ReadTransaction,
+    to: &redb::WriteTransaction,
+) -> Result<(), MvccError> {
+    copy_records(from, to)?;
     copy_table(from, to, META_TABLE)?;
     for side in SideTable::ALL {
         copy_table(from, to, side.definition())?;

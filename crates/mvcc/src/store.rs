@@ -14,6 +14,7 @@ use redb::{Database, ReadOnlyTable, ReadableDatabase};
 
 use crate::backend::{self, backend_error, Batch, SideTable, KEY_TABLE};
 use crate::key_index::{KeyIndexTree, RangeEnd};
+use crate::parts::ReadParts;
 use crate::range;
 use crate::revision::{Revision, RevisionKey};
 use crate::txn::TxnWrite;
@@ -757,8 +758,9 @@ type KeyTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
 
 pub(crate) struct ValueReader<'s> {
     store: &'s Store,
-    /// The table, and the file handle it was read from (kept alive with it).
-    table: Option<(KeyTable, Arc<Database>)>,
+    /// The table and its parts, and the file handle they were read from
+    /// (kept alive with them).
+    table: Option<(KeyTable, ReadParts, Arc<Database>)>,
     /// Counts the read transaction as open while the table lives.
     _open: Option<crate::stats::OpenRead<'s>>,
 }
@@ -772,15 +774,16 @@ impl<'s> ValueReader<'s> {
         }
     }
 
-    fn table(&mut self) -> Result<&KeyTable, MvccError> {
+    fn table(&mut self) -> Result<(&KeyTable, &ReadParts), MvccError> {
         if self.table.is_none() {
             let db = self.store.db();
             let txn = db.begin_read().map_err(backend_error)?;
-            self.table = Some((txn.open_table(KEY_TABLE).map_err(backend_error)?, db));
+            let table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
+            self.table = Some((table, ReadParts::open(&txn)?, db));
             self._open = Some(self.store.open_reads.open());
         }
         match &self.table {
-            Some((table, _)) => Ok(table),
+            Some((table, parts, _)) => Ok((table, parts)),
             None => unreachable!("table opened above"),
         }
     }
@@ -811,13 +814,18 @@ impl<'s> ValueReader<'s> {
         if !misses.is_empty() {
             for i in misses {
                 let key = RevisionKey::new(revisions[i], false);
-                let found = self.table()?.get(key.as_slice()).map_err(backend_error)?;
-                match found {
-                    Some(record) => {
-                        kvs[i] = Some(self.store.decode_record(revisions[i], record.value())?)
+                let (table, parts) = self.table()?;
+                let found = table.get(key.as_slice()).map_err(backend_error)?;
+                let kv = match found {
+                    Some(stored) => {
+                        let record = parts
+                            .join(key.as_slice(), stored.value())
+                            .map_err(|e| self.store.damaged(e))?;
+                        self.store.decode_record(revisions[i], &record)?
                     }
                     None => return Err(self.missing(revisions[i], read_revision)),
-                }
+                };
+                kvs[i] = Some(kv);
             }
         }
         Ok(kvs.into_iter().flatten().collect())
@@ -883,27 +891,22 @@ impl Store {
     /// record must be committed.
     #[doc(hidden)]
     pub fn overwrite_stored_bytes_for_tests(&self, revision: i64, from: &[u8], to: &[u8]) {
-        use redb::ReadableTable as _;
         assert_eq!(from.len(), to.len(), "a same-size overwrite");
         let db = self.db();
         let txn = db.begin_write().expect("write transaction");
         {
-            let mut table = txn.open_table(KEY_TABLE).expect("key table");
+            let mut table = crate::parts::Records::open(&txn).expect("key table");
             let key = RevisionKey::new(Revision::new(revision, 0), false);
             let mut record = table
                 .get(key.as_slice())
                 .expect("read")
-                .expect("the record is committed")
-                .value()
-                .to_vec();
+                .expect("the record is committed");
             let at = record
                 .windows(from.len())
                 .position(|w| w == from)
                 .expect("the bytes are in the record");
             record[at..at + to.len()].copy_from_slice(to);
-            table
-                .insert(key.as_slice(), record.as_slice())
-                .expect("write");
+            table.insert(key.as_slice(), &record).expect("write");
         }
         txn.commit().expect("commit");
     }

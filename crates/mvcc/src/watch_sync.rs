@@ -23,6 +23,7 @@ use prost::Message;
 use redb::ReadableDatabase;
 
 use crate::backend::{backend_error, scan_key_value, KEY_TABLE};
+use crate::parts::ReadParts;
 use crate::revision::{Revision, RevisionKey};
 use crate::watch::{WatchResponse, WatcherState};
 use crate::watch_group::{Gid, KeyGroup};
@@ -262,7 +263,7 @@ impl Store {
         // Before the pending lock: a batch leaving the backlog meanwhile is
         // in this set already (see `compaction`).
         let backlog = self.backlog_dropped_from(lower);
-        let (overlay, deleted, table) = {
+        let (overlay, deleted, table, parts) = {
             let pending = self.pending.read();
             let overlay: Vec<(Revision, bool, Bytes)> = pending
                 .records
@@ -279,7 +280,7 @@ impl Store {
             // Begun under the pending lock: whatever redb lacks is in `overlay`.
             let txn = self.db().begin_read().map_err(backend_error)?;
             let table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
-            (overlay, deleted, table)
+            (overlay, deleted, table, ReadParts::open(&txn)?)
         };
         let lower_key = RevisionKey::new(lower, false);
         let upper_key = RevisionKey::new(upper, false);
@@ -293,7 +294,10 @@ impl Store {
                 Some(entry) => {
                     let (k, v) = entry.map_err(backend_error)?;
                     let (revision, tombstone) = RevisionKey::parse(k.value())?;
-                    Some((revision, tombstone, Bytes::copy_from_slice(v.value())))
+                    let record = parts
+                        .join(k.value(), v.value())
+                        .map_err(|e| self.damaged(e))?;
+                    Some((revision, tombstone, Bytes::from(record.into_owned())))
                 }
                 None => None,
             };

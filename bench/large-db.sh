@@ -41,9 +41,9 @@
 #
 #   --size S         the load's bytes of values, K/M/G = KiB/MiB/GiB (default
 #                    8G); half of them superseded
-#   --val-size B     value size (default 8192: oxcd's redb gives each such
-#                    value 16 KiB, a database 2.1x the values, where 8000 B
-#                    fit in 8 KiB, 1.06x)
+#   --val-size B     value size (default 8192: before oxcd stored long
+#                    records in page-sized parts, redb gave each such value
+#                    16 KiB, a database 2.1x the values)
 #   --rate R         requests/s of each steady load (default 200; 100 at
 #                    least: a run's p99 needs 100 requests, etcd's percentile
 #                    walk gives 0 below that)

@@ -55,20 +55,181 @@ impl Store {
         dest: &Path,
         raft: &RaftMeta,
     ) -> Result<EtcdBackendSummary, MvccError> {
-        // As backup_to: a defragmentation waits (it swaps the file the
-        // read transaction reads).
+        let _ = std::fs::remove_file(dest);
+        let file = std::fs::File::create(dest)
+            .map_err(|e| MvccError::Backend(format!("cannot create {}: {e}", dest.display())))?;
+        self.etcd_backend_copy(raft)?
+            .write_to(std::io::BufWriter::with_capacity(1 << 20, file))
+    }
+
+    /// The store as of now as etcd 3.5's backend, laid out and ready to be
+    /// written in one pass: its size is known before its first byte (etcd's
+    /// Snapshot tells every chunk what remains), and its bytes come in
+    /// order, meta pages first, so a stream needs no file to seek in.
+    ///
+    /// The layout is a first pass of the bbolt writer over the records'
+    /// lengths (a long record's from its head, its parts unread), whose
+    /// output is dropped but for the meta pages. The copy holds its read
+    /// transaction, and the file handle it reads, until written: a slow
+    /// client holds up neither writes nor a defragmentation (which swaps
+    /// the handle; etcd's waits for a snapshot's bolt transaction, and
+    /// every write waits for it).
+    pub fn etcd_backend_copy(&self, raft: &RaftMeta) -> Result<EtcdBackendCopy<'_>, MvccError> {
+        // (a commit is deferred during a defragmentation: one at a time)
         let _defrag = self.defrag_lock.lock();
         self.commit(false)?;
-        let txn = self.db().begin_read().map_err(backend_error)?;
-        let _ = std::fs::remove_file(dest);
-        let mut out =
-            bbolt::Writer::create(dest, bbolt::WriterOptions::default()).map_err(bbolt_error)?;
-        let consistent_index = write_buckets(&txn, &mut out, raft)?;
-        let size = out.finish().map_err(bbolt_error)?;
+        let db = self.db();
+        let txn = db.begin_read().map_err(backend_error)?;
+        let options = bbolt::WriterOptions::default();
+        let mut layout =
+            bbolt::Writer::with_options(MetaPages::capture(std::io::sink(), options), options)
+                .map_err(bbolt_error)?;
+        write_buckets(&txn, &mut layout, raft, Values::Lengths(Vec::new()))?;
+        let (size, sink) = layout.finish_into().map_err(bbolt_error)?;
+        Ok(EtcdBackendCopy {
+            txn,
+            _db: db,
+            _open: self.open_reads.open(),
+            raft: raft.clone(),
+            size,
+            meta: sink.meta,
+        })
+    }
+}
+
+/// See [`Store::etcd_backend_copy`].
+pub struct EtcdBackendCopy<'s> {
+    txn: ReadTransaction,
+    /// The handle `txn` reads (a defragmentation may swap the store's).
+    _db: std::sync::Arc<redb::Database>,
+    /// Counts `txn` as an open read transaction.
+    _open: crate::stats::OpenRead<'s>,
+    raft: RaftMeta,
+    size: u64,
+    meta: Vec<u8>,
+}
+
+impl EtcdBackendCopy<'_> {
+    /// Bytes of the bbolt file.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Writes the file to `out`, in order. Fails if it does not come out as
+    /// laid out (it cannot: both passes read one transaction).
+    pub fn write_to(self, out: impl std::io::Write) -> Result<EtcdBackendSummary, MvccError> {
+        let options = bbolt::WriterOptions::default();
+        let mut writer =
+            bbolt::Writer::with_options(MetaPages::expect(out, self.meta, options), options)
+                .map_err(bbolt_error)?;
+        let consistent_index = write_buckets(&self.txn, &mut writer, &self.raft, Values::Records)?;
+        let (size, mut sink) = writer.finish_into().map_err(bbolt_error)?;
+        if size != self.size {
+            return Err(MvccError::Backend(format!(
+                "the etcd backend came out {size} bytes, laid out as {}",
+                self.size
+            )));
+        }
+        sink.out.flush().map_err(|e| bbolt_error(e.into()))?;
         Ok(EtcdBackendSummary {
             size,
             consistent_index,
         })
+    }
+}
+
+/// The output of the bbolt writer, whose two meta pages (written last, at
+/// the start, by seeking back) are known beforehand: they go out first, the
+/// writer's placeholders for them are dropped, and its final meta pages are
+/// checked against them. Or, capturing: the meta pages are kept, nothing
+/// goes out (the layout pass).
+struct MetaPages<W> {
+    out: W,
+    /// Bytes of the two meta pages.
+    meta_len: u64,
+    /// The meta pages: expected (`capture` false) or captured.
+    meta: Vec<u8>,
+    capture: bool,
+    /// Where the writer is in the file.
+    pos: u64,
+    /// Whether the writer went back to the start (to write the meta pages).
+    rewound: bool,
+}
+
+impl<W: std::io::Write> MetaPages<W> {
+    fn capture(out: W, options: bbolt::WriterOptions) -> MetaPages<W> {
+        MetaPages {
+            out,
+            meta_len: 2 * u64::from(options.page_size),
+            meta: Vec::new(),
+            capture: true,
+            pos: 0,
+            rewound: false,
+        }
+    }
+
+    fn expect(mut out: W, meta: Vec<u8>, options: bbolt::WriterOptions) -> MetaPages<W> {
+        let written = out.write_all(&meta);
+        MetaPages {
+            out,
+            meta_len: 2 * u64::from(options.page_size),
+            meta,
+            capture: false,
+            // a failed write fails the first write through
+            pos: if written.is_ok() { 0 } else { u64::MAX },
+            rewound: false,
+        }
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for MetaPages<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.pos == u64::MAX {
+            return Err(std::io::Error::other("the meta pages were not written"));
+        }
+        if self.pos >= self.meta_len {
+            let n = self.out.write(buf)?;
+            self.pos += n as u64;
+            return Ok(n);
+        }
+        // the meta pages' range: placeholders first, the pages at the end
+        let n = buf.len().min((self.meta_len - self.pos) as usize);
+        let at = self.pos as usize;
+        if self.rewound && self.capture {
+            self.meta.resize(at, 0);
+            self.meta.extend_from_slice(&buf[..n]);
+        } else if self.rewound && self.meta.get(at..at + n) != Some(&buf[..n]) {
+            return Err(std::io::Error::other(
+                "the etcd backend's meta pages differ from its layout",
+            ));
+        }
+        self.pos += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+impl<W> std::io::Seek for MetaPages<W> {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        match to {
+            std::io::SeekFrom::Current(0) => Ok(self.pos),
+            // back to the meta pages, then on to the end of the file
+            std::io::SeekFrom::Start(0) => {
+                self.rewound = true;
+                self.pos = 0;
+                Ok(0)
+            }
+            std::io::SeekFrom::Start(end) if self.rewound && self.pos == self.meta_len => {
+                self.pos = end;
+                Ok(end)
+            }
+            to => Err(std::io::Error::other(format!(
+                "the etcd backend's writer seeks ({to:?}) where it writes in order"
+            ))),
+        }
     }
 }
 
@@ -101,11 +262,21 @@ fn put_sorted(
     Ok(())
 }
 
+/// What the `key` bucket's values are written from.
+enum Values {
+    /// The records, joined and checked.
+    Records,
+    /// Zeros of each record's length (a layout: the bbolt file's pages
+    /// depend on lengths only), from this buffer.
+    Lengths(Vec<u8>),
+}
+
 /// Every bucket in etcd's order; returns the consistent index written.
 fn write_buckets(
     txn: &ReadTransaction,
     out: &mut bbolt::Writer<impl std::io::Write + std::io::Seek>,
     raft: &RaftMeta,
+    mut values: Values,
 ) -> Result<u64, MvccError> {
     let corrupt = |what: &str, e: prost::DecodeError| {
         MvccError::Corrupt(format!("cannot decode a {what} record: {e}"))
@@ -159,13 +330,25 @@ fn write_buckets(
     match txn.open_table(KEY_TABLE) {
         Ok(table) => {
             let parts = crate::parts::ReadParts::open(txn)?;
+            let damaged = || MvccError::Corrupt("a key record's checksum does not match".into());
             for row in table.iter().map_err(backend_error)? {
                 let (k, v) = row.map_err(backend_error)?;
-                let whole = parts.join(k.value(), v.value())?;
-                let payload = crate::backend::unseal(&whole).map_err(|_| {
-                    MvccError::Corrupt("a key record's checksum does not match".into())
-                })?;
-                out.put(k.value(), payload).map_err(bbolt_error)?;
+                match &mut values {
+                    Values::Records => {
+                        let whole = parts.join(k.value(), v.value())?;
+                        let payload = crate::backend::unseal(&whole).map_err(|_| damaged())?;
+                        out.put(k.value(), payload).map_err(bbolt_error)?;
+                    }
+                    Values::Lengths(zeros) => {
+                        let len = crate::parts::whole_len(v.value())
+                            .checked_sub(crate::backend::CHECKSUM_LEN)
+                            .ok_or_else(damaged)?;
+                        if zeros.len() < len {
+                            zeros.resize(len, 0);
+                        }
+                        out.put(k.value(), &zeros[..len]).map_err(bbolt_error)?;
+                    }
+                }
             }
         }
         Err(redb::TableError::TableDoesNotExist(_)) => {}
@@ -486,6 +669,45 @@ mod tests {
         w.begin_bucket(b"zzz-unknown").unwrap();
         w.put(b"x", &[7u8; 10_000]).unwrap();
         w.finish().unwrap();
+    }
+
+    /// A copy is laid out, then written in order (meta pages first) into
+    /// a plain writer: as of its read transaction, whatever is written to
+    /// the store in between (a defragmentation too), and of the size laid
+    /// out.
+    #[test]
+    fn a_copy_streams_in_order_as_of_its_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db")).unwrap();
+        for i in 0..300u64 {
+            let len = [10, 3000, 9000, 70_000][i as usize % 4];
+            crate::test_util::put_at(&store, i + 1, &format!("k{i:03}"), vec![i as u8; len], 0);
+        }
+        let revision = store.current_revision();
+        let raft = RaftMeta {
+            term: 3,
+            voters: vec![1],
+            learners: vec![],
+        };
+        let copy = store.etcd_backend_copy(&raft).unwrap();
+        crate::test_util::put_at(&store, 301, "later", "v", 0);
+        store.commit(false).unwrap();
+        // a defragmentation does not wait for the copy, nor spoil it
+        store.defragment().unwrap();
+        let size = copy.size();
+        let mut bytes = Vec::new();
+        let written = copy.write_to(&mut bytes).unwrap();
+        assert_eq!((written.size, written.consistent_index), (size, 300));
+        assert_eq!(bytes.len() as u64, size);
+        let path = dir.path().join("etcd.db");
+        std::fs::write(&path, &bytes).unwrap();
+        let restored = restore_from_bbolt(&path, &dir.path().join("restored"), &[]).unwrap();
+        assert_eq!((restored.revision, restored.keys_records), (revision, 300));
+        let restored = Store::open(&dir.path().join("restored")).unwrap();
+        assert_eq!(
+            restored.hash_kv(revision).unwrap().0,
+            store.hash_kv(revision).unwrap().0
+        );
     }
 
     #[test]

@@ -175,4 +175,30 @@ mod tests {
         drop(store);
         assert!(weak.upgrade().is_none());
     }
+
+    /// etcd_disk_backend_commit_duration_seconds counts a durable commit
+    /// once, its batch and its sync together, as etcd's commit.
+    #[test]
+    fn a_durable_commit_is_one_commit_duration() {
+        use std::sync::atomic::AtomicUsize;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db")).unwrap();
+        let commits = Arc::new(AtomicUsize::new(0));
+        let counted = commits.clone();
+        store.set_commit_observer(Arc::new(move |_| {
+            counted.fetch_add(1, Ordering::Relaxed);
+        }));
+        let count = || commits.load(Ordering::Relaxed);
+        put_at(&store, 1, "a", b"1", 0);
+        store.commit(true).unwrap();
+        assert_eq!(count(), 1, "durable");
+        put_at(&store, 2, "a", b"2", 0);
+        store.commit(false).unwrap();
+        assert_eq!(count(), 2, "without fsync");
+        store.commit(true).unwrap();
+        assert_eq!(count(), 3, "the sync of what is not durable yet");
+        store.commit(true).unwrap();
+        store.commit(false).unwrap();
+        assert_eq!(count(), 3, "nothing to write");
+    }
 }

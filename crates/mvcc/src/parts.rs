@@ -54,6 +54,15 @@ pub(crate) fn parts_of(stored: &[u8]) -> Option<u32> {
     Some(u32::from_le_bytes(count))
 }
 
+/// The length of the whole record a value of the `key` table holds or
+/// refers to, its parts unread.
+pub(crate) fn whole_len(stored: &[u8]) -> usize {
+    match parts_of(stored) {
+        Some(count) => count as usize * PART_BYTES + stored.len() - HEAD_TRAILER,
+        None => stored.len(),
+    }
+}
+
 /// Whether a record of this length is stored in parts.
 pub(crate) fn is_long(record_len: usize) -> bool {
     record_len > PART_BYTES
@@ -168,14 +177,33 @@ impl<'txn> Records<'txn> {
         key: &[u8],
         record: &[u8],
     ) -> Result<(usize, usize), MvccError> {
-        let replaced = self.remove(key)?;
-        if !is_long(record.len()) {
-            self.table.insert(key, record).map_err(backend_error)?;
-            return Ok((key.len() + record.len(), replaced));
-        }
-        let count = (record.len() - 1) / PART_BYTES;
+        let count = if is_long(record.len()) {
+            (record.len() - 1) / PART_BYTES
+        } else {
+            0
+        };
         let (parts, tail) = record.split_at(count * PART_BYTES);
-        let mut written = 0;
+        let head: Cow<[u8]> = if count == 0 {
+            Cow::Borrowed(record)
+        } else {
+            let mut head = Vec::with_capacity(tail.len() + HEAD_TRAILER);
+            head.extend_from_slice(tail);
+            head.push(HEAD_TAG);
+            head.extend_from_slice(&(count as u32).to_le_bytes());
+            Cow::Owned(head)
+        };
+        // One descent for the head and whatever it replaces (a commit's
+        // keys are new but in tests), then the old parts out, the new in.
+        let old = self
+            .table
+            .insert(key, &head[..])
+            .map_err(backend_error)?
+            .map(|old| (old.value().len(), parts_of(old.value())));
+        let replaced = match old {
+            Some((len, old_parts)) => key.len() + len + self.remove_parts(key, old_parts)?,
+            None => 0,
+        };
+        let mut written = key.len() + head.len();
         for (i, part) in parts.chunks_exact(PART_BYTES).enumerate() {
             let part_key = part_key(key, i as u32);
             self.parts
@@ -183,14 +211,7 @@ impl<'txn> Records<'txn> {
                 .map_err(backend_error)?;
             written += part_key.len() + part.len();
         }
-        let mut head = Vec::with_capacity(tail.len() + HEAD_TRAILER);
-        head.extend_from_slice(tail);
-        head.push(HEAD_TAG);
-        head.extend_from_slice(&(count as u32).to_le_bytes());
-        self.table
-            .insert(key, head.as_slice())
-            .map_err(backend_error)?;
-        Ok((written + key.len() + head.len(), replaced))
+        Ok((written, replaced))
     }
 
     /// Removes the record under `key` and its parts; the bytes they held
@@ -200,7 +221,13 @@ impl<'txn> Records<'txn> {
             Some(old) => (old.value().len(), parts_of(old.value())),
             None => return Ok(0),
         };
-        let mut removed = key.len() + len;
+        Ok(key.len() + len + self.remove_parts(key, count)?)
+    }
+
+    /// Removes the first `count` parts of the record under `key`; the bytes
+    /// they held.
+    fn remove_parts(&mut self, key: &[u8], count: Option<u32>) -> Result<usize, MvccError> {
+        let mut removed = 0;
         for i in 0..count.unwrap_or(0) {
             let part_key = part_key(key, i);
             if let Some(part) = self
@@ -285,6 +312,7 @@ mod tests {
                 "record {i}"
             );
             assert!(stored.value().len() <= PART_BYTES + HEAD_TRAILER);
+            assert_eq!(whole_len(stored.value()), record.len(), "record {i}");
             let joined = parts.join(k.as_slice(), stored.value()).unwrap();
             assert_eq!(&joined[..], &record[..], "record {i}");
             assert!(unseal(&joined).is_ok());

@@ -136,8 +136,9 @@ enum CommitKind {
 }
 
 /// Receives the duration of every backend commit that wrote something
-/// (etcd's etcd_disk_backend_commit_duration_seconds). Called by the
-/// committing thread: it must be cheap and must not block.
+/// (etcd's etcd_disk_backend_commit_duration_seconds; a durable commit's
+/// two steps count as one). Called by the committing thread: it must be
+/// cheap and must not block.
 pub type CommitObserver = std::sync::Arc<dyn Fn(std::time::Duration) + Send + Sync>;
 
 /// The lessor's answer to "does lease N exist?".
@@ -508,15 +509,16 @@ impl Store {
             let _writer = self.writer.lock();
             return self.commit_locked(false);
         }
-        let consistent_index = {
+        let (consistent_index, staged) = {
             let _writer = self.writer.lock();
+            let started = std::time::Instant::now();
             let Some(consistent_index) = self.commit_as(CommitKind::Staged)? else {
                 return Ok(());
             };
             // from here until the sync is done, commits under the writer
             // lock are deferred (a redb write transaction would wait for it)
             self.syncing.store(true, Ordering::Release);
-            consistent_index
+            (consistent_index, started.elapsed())
         };
         #[cfg(test)]
         if let Some(hook) = &*self.before_sync.lock() {
@@ -526,8 +528,9 @@ impl Store {
         let synced = backend::sync_commits(&self.db());
         self.syncing.store(false, Ordering::Release);
         synced?;
+        // one commit to the metric, as etcd's: its batch and its sync
         if let Some(observer) = self.commit_observer.get() {
-            observer(started.elapsed());
+            observer(staged + started.elapsed());
         }
         // (no commit went in since the first step: they wait or defer)
         self.unflushed.store(false, Ordering::Release);
@@ -626,7 +629,12 @@ impl Store {
         // a durable commit wrote everything back; a batch leaves it to the
         // flusher
         self.unflushed.store(!durable, Ordering::Release);
-        if let Some(observer) = self.commit_observer.get() {
+        // (a staged commit is counted with its sync, by `commit`)
+        if let Some(observer) = self
+            .commit_observer
+            .get()
+            .filter(|_| kind != CommitKind::Staged)
+        {
             observer(started.elapsed());
         }
         let compacted_since = if finished_revision.is_some() {

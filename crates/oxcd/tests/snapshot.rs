@@ -124,7 +124,8 @@ async fn etcdctl_34_and_35_snapshot_save_against_oxcd_pass_their_own_checks() {
     }
     assert!(saved > 0, "no etcdctl installed");
 
-    // A copy left by a crashed earlier process is swept up.
+    // A copy left by an earlier oxcd (which wrote copies to files first)
+    // is swept up.
     let stale = dir
         .path()
         .join("data/member/snap/client-snapshot-999999999-0.db.tmp");

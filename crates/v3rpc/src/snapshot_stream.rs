@@ -2,25 +2,24 @@
 //! client as etcd 3.5 streams it (api/v3rpc/maintenance.go `Snapshot`).
 //!
 //! The copy is etcd 3.5's own backend, a bbolt file with etcd's buckets
-//! ([`mvcc::Store::write_etcd_backend`], from one redb read transaction, so
-//! it holds exactly one revision), written to a temporary file in the
-//! member's snap dir: etcdctl, etcdutl and etcd read it as one of etcd's. The file is unlinked as soon as it is opened, so a client
-//! that goes away, an error, or a crash after that point leave nothing
-//! behind. The body is the file plus its padding (see
-//! [`mvcc::snapshot_file`]), sent in chunks of
+//! ([`mvcc::Store::etcd_backend_copy`], from one redb read transaction, so
+//! it holds exactly one revision): etcdctl, etcdutl and etcd read it as one
+//! of etcd's. It is laid out first (its size, which every chunk's
+//! `remaining_bytes` counts down from, and its meta pages), then written
+//! straight into the stream, meta pages first: no file is written, and
+//! the first chunk goes out as soon as the layout is done. The body is the
+//! file plus its padding (see [`mvcc::snapshot_file`]), sent in chunks of
 //! [`SNAPSHOT_SEND_BUFFER_SIZE`] each with the bytes that remain; a last
 //! message carries the sha256 of the whole body. The first message also
 //! carries a response header.
 //!
-//! Memory and backpressure: the file is read chunk by chunk on a blocking
-//! thread that hands chunks to the gRPC stream through a channel of
-//! [`SNAPSHOT_STREAM_QUEUE`] chunks. A slow client only slows that thread:
-//! the read transaction ended with the copy, so writes never wait for it.
+//! Memory and backpressure: the copy is written on a blocking thread that
+//! hands chunks to the gRPC stream through a channel of
+//! [`SNAPSHOT_STREAM_QUEUE`] chunks. A slow client slows that thread, and
+//! the read transaction stays open until the copy is sent (as etcd's bolt
+//! transaction): a defragmentation waits for it, writes do not.
 
-use std::fs::File;
-use std::io::Read;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::io::Write;
 use std::sync::Arc;
 
 use api::etcdserverpb::{ResponseHeader, SnapshotResponse};
@@ -32,67 +31,97 @@ use tonic::Status;
 
 use etcdserver::EtcdServer;
 
-/// Chunks queued between the file reader and the gRPC stream (256 KiB):
-/// enough to keep the stream busy, small enough that a stalled client pins
-/// almost no memory.
+/// Chunks queued between the copy and the gRPC stream (256 KiB): enough
+/// to keep the stream busy, small enough that a stalled client pins almost
+/// no memory.
 pub(crate) const SNAPSHOT_STREAM_QUEUE: usize = 8;
-
-/// Tells concurrent snapshots' temporary files apart.
-static NEXT_SNAPSHOT: AtomicU64 = AtomicU64::new(0);
 
 type Item = Result<SnapshotResponse, Status>;
 
 /// Starts copying the backend and returns the stream of responses.
 pub(crate) fn start(server: Arc<EtcdServer>) -> ReceiverStream<Item> {
     let (tx, rx) = mpsc::channel(SNAPSHOT_STREAM_QUEUE);
-    let temp = server.cfg.member_dir().join("snap").join(format!(
-        "{TEMP_PREFIX}{}-{}{TEMP_SUFFIX}",
-        std::process::id(),
-        NEXT_SNAPSHOT.fetch_add(1, Ordering::Relaxed)
-    ));
     tokio::task::spawn_blocking(move || {
-        if let Some(snap_dir) = temp.parent() {
-            remove_stale_copies(snap_dir);
-        }
+        remove_stale_copies(&server.cfg.member_dir().join("snap"));
         let timer = server.metrics.ops.snapshot_started();
-        match send_snapshot(&server, &temp, &tx) {
+        match send_snapshot(&server, &tx) {
             Ok(()) => timer.finish(),
             Err(status) => {
                 let _ = tx.blocking_send(Err(status));
             }
         }
-        let _ = std::fs::remove_file(&temp);
     });
     ReceiverStream::new(rx)
 }
 
-const TEMP_PREFIX: &str = "client-snapshot-";
-const TEMP_SUFFIX: &str = ".db.tmp";
-
-/// Copies a previous process left behind (it crashed while copying: a copy
-/// is unlinked as soon as it is complete). Copies of this process may be
-/// in progress and are left alone.
+/// Copies an earlier oxcd left in the snap dir: it wrote each copy to a
+/// file there before sending it, and one that crashed while copying left
+/// the file behind (`client-snapshot-<pid>-<n>.db.tmp`).
 fn remove_stale_copies(snap_dir: &std::path::Path) {
     let Ok(entries) = std::fs::read_dir(snap_dir) else {
         return;
     };
-    let own = format!("{TEMP_PREFIX}{}-", std::process::id());
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
-        if name.starts_with(TEMP_PREFIX) && name.ends_with(TEMP_SUFFIX) && !name.starts_with(&own) {
+        if name.starts_with("client-snapshot-") && name.ends_with(".db.tmp") {
             tracing::warn!(path = %entry.path().display(), "removing a snapshot copy left by a previous run");
             let _ = std::fs::remove_file(entry.path());
         }
     }
 }
 
+/// The body as chunks of [`SNAPSHOT_SEND_BUFFER_SIZE`] into the stream,
+/// hashed as they go.
+struct Chunks<'a> {
+    tx: &'a mpsc::Sender<Item>,
+    header: Option<ResponseHeader>,
+    hasher: Sha256,
+    total: u64,
+    sent: u64,
+    blob: Vec<u8>,
+    /// Set once the client went away.
+    gone: bool,
+}
+
+impl Chunks<'_> {
+    fn send_blob(&mut self) -> std::io::Result<()> {
+        let blob = std::mem::replace(
+            &mut self.blob,
+            Vec::with_capacity(SNAPSHOT_SEND_BUFFER_SIZE),
+        );
+        self.hasher.update(&blob);
+        self.sent += blob.len() as u64;
+        let response = SnapshotResponse {
+            header: self.header.take(),
+            remaining_bytes: self.total.saturating_sub(self.sent),
+            blob: blob.into(),
+        };
+        if self.tx.blocking_send(Ok(response)).is_err() {
+            self.gone = true;
+            return Err(std::io::ErrorKind::BrokenPipe.into());
+        }
+        Ok(())
+    }
+}
+
+impl Write for Chunks<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(SNAPSHOT_SEND_BUFFER_SIZE - self.blob.len());
+        self.blob.extend_from_slice(&buf[..n]);
+        if self.blob.len() == SNAPSHOT_SEND_BUFFER_SIZE {
+            self.send_blob()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Fails with the status to send when the copy cannot be made or read;
 /// returns Ok when the client went away (nobody to tell).
-fn send_snapshot(
-    server: &EtcdServer,
-    temp: &PathBuf,
-    tx: &mpsc::Sender<Item>,
-) -> Result<(), Status> {
+fn send_snapshot(server: &EtcdServer, tx: &mpsc::Sender<Item>) -> Result<(), Status> {
     // A lower bound of the copy's revision: the copy is taken after it.
     let header: ResponseHeader = server.header(server.store.current_revision());
     let raft = {
@@ -111,50 +140,41 @@ fn send_snapshot(
                 .collect(),
         }
     };
-    server
+    let copy = server
         .store
-        .write_etcd_backend(temp, &raft)
+        .etcd_backend_copy(&raft)
         .map_err(|e| Status::internal(format!("cannot copy the backend: {e}")))?;
-    let mut file = File::open(temp)
-        .map_err(|e| Status::internal(format!("cannot open the backend copy: {e}")))?;
-    let _ = std::fs::remove_file(temp);
-    let db_len = file
-        .metadata()
-        .map_err(|e| Status::internal(format!("cannot stat the backend copy: {e}")))?
-        .len();
+    let db_len = copy.size();
     let padding = padding_for(db_len);
     let total = db_len + padding.len() as u64;
     tracing::info!("total-bytes" = total, size = %mvcc::snapshot_file::humanize_bytes(total),
         "sending database snapshot to client");
-
-    let mut hasher = Sha256::new();
-    let mut header = Some(header);
-    let mut sent = 0u64;
-    let mut from_file = 0u64;
-    while sent < total {
-        let n = (total - sent).min(SNAPSHOT_SEND_BUFFER_SIZE as u64) as usize;
-        let mut blob = vec![0u8; n];
-        // File bytes first, then the padding.
-        let file_part = (db_len - from_file).min(n as u64) as usize;
-        file.read_exact(&mut blob[..file_part])
-            .map_err(|e| Status::internal(format!("cannot read the backend copy: {e}")))?;
-        from_file += file_part as u64;
-        if file_part < n {
-            let pad_start = (sent + file_part as u64 - db_len) as usize;
-            blob[file_part..].copy_from_slice(&padding[pad_start..pad_start + n - file_part]);
-        }
-        hasher.update(&blob);
-        sent += n as u64;
-        let response = SnapshotResponse {
-            header: header.take(),
-            remaining_bytes: total - sent,
-            blob: blob.into(),
-        };
-        if tx.blocking_send(Ok(response)).is_err() {
-            tracing::warn!("snapshot client went away before the end of the snapshot");
-            return Ok(());
-        }
+    let mut chunks = Chunks {
+        tx,
+        header: Some(header),
+        hasher: Sha256::new(),
+        total,
+        sent: 0,
+        blob: Vec::with_capacity(SNAPSHOT_SEND_BUFFER_SIZE),
+        gone: false,
+    };
+    // the file, then its padding, then what is left of the last chunk
+    let written = copy
+        .write_to(&mut chunks)
+        .map_err(|e| e.to_string())
+        .and_then(|_| chunks.write_all(&padding).map_err(|e| e.to_string()))
+        .and_then(|()| match chunks.blob.is_empty() {
+            true => Ok(()),
+            false => chunks.send_blob().map_err(|e| e.to_string()),
+        });
+    if chunks.gone {
+        tracing::warn!("snapshot client went away before the end of the snapshot");
+        return Ok(());
     }
+    written.map_err(|e| Status::internal(format!("cannot copy the backend: {e}")))?;
+    let Chunks {
+        hasher, mut header, ..
+    } = chunks;
     let sha = hasher.finalize().to_vec();
     tracing::info!(
         "total-bytes" = total,

@@ -333,6 +333,11 @@ pub(crate) fn upgrade_format(txn: &redb::WriteTransaction) -> Result<(), MvccErr
         let Some((last, _)) = chunk.last() else { break };
         from = Some(last.clone());
         for (key, value) in chunk {
+            // (a format 1 record is no head: its bytes are not read as one)
+            records
+                .table
+                .remove(key.as_slice())
+                .map_err(backend_error)?;
             records.insert(key.as_slice(), &seal(value))?;
             resealed += 1;
         }
@@ -673,10 +678,8 @@ pub(crate) fn commit_batch(db: &Database, batch: &Batch<'_>) -> Result<i64, Mvcc
         }
         // After the inserts: a record compacted while still pending is written
         // and removed in the same transaction.
-        for key in batch.deletions {
-            let removed = table.remove(key.as_slice())?;
-            count(0, Some(removed));
-        }
+        let removed = table.remove_all(batch.deletions)?;
+        count(0, Some(removed));
         let mut meta = txn.open_table(META_TABLE).map_err(backend_error)?;
         meta.insert(
             META_CONSISTENT_INDEX,

@@ -96,6 +96,9 @@ fn a_format_1_file_is_upgraded_in_place_and_hashes_the_same() {
     // a long record, stored in parts once upgraded
     let long = vec![b'l'; 3 * crate::parts::PART_BYTES];
     put_at(&current, 26, "long", &long, 0);
+    // a format 1 record whose fifth byte from the end is a head's mark
+    // (its value ends the encoding): not taken for a head of parts
+    put_at(&current, 27, "mark", "u1234", 0);
     current.commit(true).unwrap();
     {
         let v1 = redb::Database::create(&path).unwrap();
@@ -122,8 +125,9 @@ fn a_format_1_file_is_upgraded_in_place_and_hashes_the_same() {
     assert_eq!(upgraded.hash_kv(0).unwrap(), current.hash_kv(0).unwrap());
     assert_eq!(get(&upgraded, "k3").unwrap(), get(&current, "k3").unwrap());
     assert_eq!(get(&upgraded, "long").unwrap(), long);
+    assert_eq!(get(&upgraded, "mark").unwrap(), b"u1234");
     assert_eq!(parts_in(&upgraded), 3);
-    put_at(&upgraded, 27, "after", "v", 0);
+    put_at(&upgraded, 28, "after", "v", 0);
     upgraded.commit(true).unwrap();
     drop(upgraded);
     let reopened = Store::open(&path).unwrap();

@@ -342,9 +342,13 @@ fn write_buckets(
                     Values::Lengths(zeros) => {
                         let len = crate::parts::whole_len(v.value())
                             .checked_sub(crate::backend::CHECKSUM_LEN)
+                            .filter(|len| *len <= bbolt::MAX_VALUE_SIZE)
                             .ok_or_else(damaged)?;
                         if zeros.len() < len {
-                            zeros.resize(len, 0);
+                            // zeroed by the OS as touched: the writer copies
+                            // a value shorter than a page, a longer one goes
+                            // to a sink that reads nothing
+                            *zeros = vec![0; len];
                         }
                         out.put(k.value(), &zeros[..len]).map_err(bbolt_error)?;
                     }

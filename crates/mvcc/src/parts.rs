@@ -68,6 +68,17 @@ pub(crate) fn is_long(record_len: usize) -> bool {
     record_len > PART_BYTES
 }
 
+/// Keys [`Records::remove_all`] removes in one pass over their range, at
+/// the least: below, the pass's setup outweighs one removal per key.
+const DENSE_RUN: usize = 8;
+
+/// The main revision of a revision key (17 or 18 bytes).
+fn main_of(key: &[u8]) -> u64 {
+    key.get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_be_bytes)
+}
+
 fn part_key(key: &[u8], part: u32) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(key.len() + 4);
     bytes.extend_from_slice(key);
@@ -130,7 +141,8 @@ fn join<'v>(
     let Some(table) = table else {
         return Err(damaged(key, format!("misses its {count} parts")));
     };
-    let mut record = Vec::with_capacity(count * PART_BYTES + head.len());
+    // (a damaged count reserves no more than a few parts' worth)
+    let mut record = Vec::with_capacity(count.min(64) * PART_BYTES + head.len());
     let (first, last) = (part_key(key, 0), part_key(key, u32::MAX));
     let mut found = 0;
     for row in table
@@ -224,18 +236,66 @@ impl<'txn> Records<'txn> {
         Ok(key.len() + len + self.remove_parts(key, count)?)
     }
 
-    /// Removes the first `count` parts of the record under `key`; the bytes
-    /// they held.
+    /// Removes the records under `keys` (revision keys, in any order) and
+    /// their parts; the bytes they held. Runs of keys whose revisions
+    /// follow one another (a compaction's batch of a key space written over
+    /// and over) go in one pass over their range of each table, which
+    /// removes entries a leaf at a time; scattered keys one by one.
+    pub(crate) fn remove_all(&mut self, keys: &[RevisionKey]) -> Result<usize, MvccError> {
+        let mut sorted: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let mut removed = 0;
+        for run in sorted.chunk_by(|a, b| main_of(b) <= main_of(a).saturating_add(1)) {
+            if run.len() < DENSE_RUN {
+                for key in run {
+                    removed += self.remove(key)?;
+                }
+                continue;
+            }
+            let (first, last) = (run[0], run[run.len() - 1]);
+            let mut with_parts = false;
+            self.table
+                .retain_in::<&[u8], _>(first..=last, |k, v| {
+                    if run.binary_search(&k).is_err() {
+                        return true;
+                    }
+                    removed += k.len() + v.len();
+                    with_parts |= parts_of(v).is_some();
+                    false
+                })
+                .map_err(backend_error)?;
+            if with_parts {
+                let (from, to) = (part_key(first, 0), part_key(last, u32::MAX));
+                self.parts
+                    .retain_in::<&[u8], _>(from.as_slice()..=to.as_slice(), |k, v| {
+                        let record = &k[..k.len().saturating_sub(4)];
+                        if run.binary_search(&record).is_err() {
+                            return true;
+                        }
+                        removed += k.len() + v.len();
+                        false
+                    })
+                    .map_err(backend_error)?;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Removes the first `count` parts of the record under `key`, up to the
+    /// first one missing (a damaged count removes no more than there is);
+    /// the bytes they held.
     fn remove_parts(&mut self, key: &[u8], count: Option<u32>) -> Result<usize, MvccError> {
         let mut removed = 0;
         for i in 0..count.unwrap_or(0) {
             let part_key = part_key(key, i);
-            if let Some(part) = self
+            match self
                 .parts
                 .remove(part_key.as_slice())
                 .map_err(backend_error)?
             {
-                removed += part_key.len() + part.value().len();
+                Some(part) => removed += part_key.len() + part.value().len(),
+                None => break,
             }
         }
         Ok(removed)
@@ -380,6 +440,60 @@ mod tests {
     }
 
     #[test]
+    fn removing_runs_and_scattered_keys_removes_them_and_their_parts_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = redb::Database::create(dir.path().join("db")).unwrap();
+        // revisions 2..=200, each with sub 0 and 1, long and short records
+        // mixed; a tombstone at every tenth
+        let key = |main: i64, sub: i64| RevisionKey::new(Revision::new(main, sub), main % 10 == 0);
+        let record = |main: i64, sub: i64| {
+            let len = if (main + sub) % 3 == 0 { 9000 } else { 50 };
+            seal(vec![(main + sub) as u8; len])
+        };
+        // dropped: sub 0 of 20..=120 (a run with kept sub 1 records inside
+        // its range), and sub 1 of 150, 160, 170 (scattered)
+        let dropped: Vec<RevisionKey> = (20..=120)
+            .map(|m| key(m, 0))
+            .chain([150, 160, 170].map(|m| key(m, 1)))
+            .rev()
+            .collect();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut table = Records::open(&txn).unwrap();
+            let mut expected = 0;
+            for main in 2..=200 {
+                for sub in 0..2 {
+                    let (written, _) = table
+                        .insert(key(main, sub).as_slice(), &record(main, sub))
+                        .unwrap();
+                    if dropped.contains(&key(main, sub)) {
+                        expected += written;
+                    }
+                }
+            }
+            assert_eq!(table.remove_all(&dropped).unwrap(), expected);
+            for main in 2..=200 {
+                for sub in 0..2 {
+                    let k = key(main, sub);
+                    let got = table.get(k.as_slice()).unwrap();
+                    if dropped.contains(&k) {
+                        assert_eq!(got, None, "{main}/{sub}");
+                    } else {
+                        assert_eq!(got.unwrap(), &record(main, sub)[..], "{main}/{sub}");
+                    }
+                }
+            }
+            // only the kept long records' parts are left
+            let kept_long = (2..=200)
+                .flat_map(|m| (0..2).map(move |s| (m, s)))
+                .filter(|(m, s)| (m + s) % 3 == 0 && !dropped.contains(&key(*m, *s)))
+                .count() as u64;
+            assert_eq!(table.parts.len().unwrap(), 2 * kept_long);
+        }
+        txn.commit().unwrap();
+    }
+
+    #[test]
     fn a_missing_or_damaged_part_is_reported_as_damage_of_the_record() {
         let dir = tempfile::tempdir().unwrap();
         let db = redb::Database::create(dir.path().join("db")).unwrap();
@@ -418,6 +532,32 @@ mod tests {
             let joined = table.get(k.as_slice()).unwrap().unwrap();
             assert!(unseal(&joined).is_err());
         }
+        // a head whose count is damaged: refused, and removed with the
+        // parts there are, without allocating or looking up its count
+        let mut head = vec![0u8; 10];
+        head.push(HEAD_TAG);
+        head.extend_from_slice(&u32::MAX.to_le_bytes());
+        let mut table = Records::open(&txn).unwrap();
+        let damaged = key(6);
+        table
+            .table
+            .insert(damaged.as_slice(), head.as_slice())
+            .unwrap();
+        table
+            .parts
+            .insert(
+                part_key(damaged.as_slice(), 0).as_slice(),
+                &[1u8; PART_BYTES][..],
+            )
+            .unwrap();
+        let err = table.get(damaged.as_slice()).unwrap_err();
+        assert!(
+            err.to_string().contains("has 1 of its 4294967295 parts"),
+            "{err}"
+        );
+        let removed = table.remove(damaged.as_slice()).unwrap();
+        assert_eq!(removed, 17 + head.len() + 21 + PART_BYTES);
+        drop(table);
         txn.commit().unwrap();
         // a file without the parts table
         let read = db.begin_read().unwrap();

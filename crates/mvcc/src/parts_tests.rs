@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 
 use api::etcdserverpb::{DeleteRangeRequest, RangeRequest};
-use redb::{ReadableDatabase, ReadableTableMetadata};
+use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use crate::parts::{PART_BYTES, PART_TABLE};
 use crate::test_util::put_at;
@@ -226,6 +226,28 @@ fn a_damaged_part_is_refused_on_reads_and_by_the_deferred_check() {
         "other records still serve"
     );
     assert!(store.hash_kv(0).is_err());
+    let err = check_every_record(&store).unwrap_err();
+    assert!(err.to_string().contains("revision 9/0"), "{err}");
+
+    // its head's count of parts damaged: refused, by the etcd backend's
+    // layout too (which reads lengths only), never a huge allocation
+    {
+        let db = store.db();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut table = txn.open_table(crate::backend::KEY_TABLE).unwrap();
+            let key =
+                crate::revision::RevisionKey::new(crate::revision::Revision::new(9, 0), false);
+            let mut head = table.get(key.as_slice()).unwrap().unwrap().value().to_vec();
+            let n = head.len();
+            head[n - 4..].copy_from_slice(&u32::MAX.to_le_bytes());
+            table.insert(key.as_slice(), head.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let raft = crate::etcd_backend::RaftMeta::default();
+    let err = store.etcd_backend_copy(&raft).err().expect("refused");
+    assert!(err.to_string().contains("checksum"), "{err}");
     let err = check_every_record(&store).unwrap_err();
     assert!(err.to_string().contains("revision 9/0"), "{err}");
 }

@@ -112,6 +112,38 @@ fn compaction_of_half_the_revisions_of_large_values() {
     );
 }
 
+/// A defragmentation after the compaction of half the revisions of large
+/// values (`OXCD_SCALE_MIB` MiB of values, default 512, 8,192 B each,
+/// every key written twice).
+#[test]
+#[ignore]
+fn defrag_of_large_values() {
+    let mib = env_or("OXCD_SCALE_MIB", 512);
+    let keys = mib * 1024 * 1024 / 8192 / 2;
+    let dir = scale_dir();
+    let store = std::sync::Arc::new(Store::open(&dir.path().join("db")).unwrap());
+    let index = fill(&store, keys, 8192, 2);
+    store
+        .start_compactor(mvcc::CompactionBatches::default())
+        .unwrap();
+    let revision = store.current_revision();
+    store.compact(revision, index + 1).unwrap();
+    while store.finished_compact_revision() < revision {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    store.commit(true).unwrap();
+    let started = Instant::now();
+    let stats = store.defragment().unwrap();
+    eprintln!(
+        "defragmented {} MB to {} MB in {:?}: copy {:?}, swap {:?}",
+        stats.size_before / 1_000_000,
+        stats.size_after / 1_000_000,
+        started.elapsed(),
+        stats.copy_time,
+        stats.swap_time
+    );
+}
+
 /// A raft snapshot's record stream of a store of large values
 /// (`OXCD_SCALE_MIB` MiB, default 512, 8,192 B each): the leader's side
 /// (reading and framing) and the follower's (building the file), timed

@@ -131,15 +131,18 @@ fn a_format_1_file_is_upgraded_in_place_and_hashes_the_same() {
     upgraded.commit(true).unwrap();
     drop(upgraded);
     let reopened = Store::open(&path).unwrap();
-    let txn = reopened.db().begin_read().unwrap();
+    assert_eq!(
+        format_version(&reopened),
+        backend::FORMAT_VERSION.to_be_bytes()
+    );
+}
+
+/// The format version the store's file records.
+fn format_version(store: &Store) -> Vec<u8> {
+    let txn = store.db().begin_read().unwrap();
     let meta = txn.open_table(META_TABLE).unwrap();
-    let version = meta
-        .get(META_FORMAT_VERSION)
-        .unwrap()
-        .unwrap()
-        .value()
-        .to_vec();
-    assert_eq!(version, backend::FORMAT_VERSION.to_be_bytes());
+    let version = meta.get(META_FORMAT_VERSION).unwrap().unwrap();
+    version.value().to_vec()
 }
 
 fn parts_in(store: &Store) -> u64 {
@@ -191,16 +194,8 @@ fn a_format_2_file_keeps_its_whole_long_records_and_stores_new_ones_in_parts() {
     drop(store);
     let store = Store::open(&path).unwrap();
     assert_eq!(store.hash_kv(0).unwrap(), hash);
-    let txn = store.db().begin_read().unwrap();
-    let meta = txn.open_table(META_TABLE).unwrap();
-    let version = meta
-        .get(META_FORMAT_VERSION)
-        .unwrap()
-        .unwrap()
-        .value()
-        .to_vec();
     assert_eq!(
-        version,
+        format_version(&store),
         backend::FORMAT_VERSION.to_be_bytes(),
         "an older oxcd refuses it now"
     );

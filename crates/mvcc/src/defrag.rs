@@ -162,9 +162,9 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use api::etcdserverpb::{DeleteRangeRequest, RangeRequest};
+    use api::etcdserverpb::RangeRequest;
 
-    use crate::test_util::put_at;
+    use crate::test_util::{delete_range_at, put_at};
 
     use crate::Store;
 
@@ -180,14 +180,7 @@ mod tests {
         }
         store.commit(true).unwrap();
         index += 1;
-        let mut w = store.write(index);
-        w.delete_range(&DeleteRangeRequest {
-            key: b"k1".to_vec().into(),
-            range_end: b"k4".to_vec().into(),
-            ..Default::default()
-        })
-        .unwrap();
-        w.end();
+        delete_range_at(&store, index, "k1", "k4");
         index += 1;
         store.compact(store.current_revision(), index).unwrap();
         store.commit(true).unwrap();

@@ -5,11 +5,11 @@
 
 use std::sync::atomic::Ordering;
 
-use api::etcdserverpb::{DeleteRangeRequest, RangeRequest};
+use api::etcdserverpb::RangeRequest;
 use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use crate::parts::{PART_BYTES, PART_TABLE};
-use crate::test_util::put_at;
+use crate::test_util::{delete_range_at, put_at};
 use crate::watch::WatchOptions;
 use crate::Store;
 
@@ -188,14 +188,7 @@ fn compaction_removes_the_parts_of_the_records_it_drops() {
     }
     // every key deleted and compacted: no part is left
     index += 1;
-    let mut w = store.write(index);
-    w.delete_range(&DeleteRangeRequest {
-        key: b"k".to_vec().into(),
-        range_end: b"l".to_vec().into(),
-        ..Default::default()
-    })
-    .unwrap();
-    w.end();
+    delete_range_at(&store, index, "k", "l");
     index += 1;
     store.compact(store.current_revision(), index).unwrap();
     store.commit(true).unwrap();

@@ -98,24 +98,20 @@ fn damaged(key: &[u8], what: String) -> MvccError {
     }
 }
 
-/// The parts table of one transaction, for joining long records (absent
-/// in a file no writer of this format opened: its records are all whole).
-pub(crate) struct Parts<T>(Option<T>);
-
-/// [`Parts`] of a read transaction.
-pub(crate) type ReadParts = Parts<redb::ReadOnlyTable<&'static [u8], &'static [u8]>>;
+/// The parts table of a read transaction, for joining long records
+/// (absent in a file no writer of this format opened: its records are all
+/// whole).
+pub(crate) struct ReadParts(Option<redb::ReadOnlyTable<&'static [u8], &'static [u8]>>);
 
 impl ReadParts {
     pub(crate) fn open(txn: &ReadTransaction) -> Result<ReadParts, MvccError> {
         match txn.open_table(PART_TABLE) {
-            Ok(table) => Ok(Parts(Some(table))),
-            Err(redb::TableError::TableDoesNotExist(_)) => Ok(Parts(None)),
+            Ok(table) => Ok(ReadParts(Some(table))),
+            Err(redb::TableError::TableDoesNotExist(_)) => Ok(ReadParts(None)),
             Err(e) => Err(backend_error(e)),
         }
     }
-}
 
-impl<T: ReadableTable<&'static [u8], &'static [u8]>> Parts<T> {
     /// The whole (sealed) record of `stored`, the `key` table's value under
     /// `key`: itself, or its parts and its head joined.
     pub(crate) fn join<'v>(
@@ -127,7 +123,7 @@ impl<T: ReadableTable<&'static [u8], &'static [u8]>> Parts<T> {
     }
 }
 
-/// [`Parts::join`] with the parts table of any transaction.
+/// [`ReadParts::join`] with the parts table of any transaction.
 fn join<'v>(
     table: Option<&impl ReadableTable<&'static [u8], &'static [u8]>>,
     key: &[u8],
@@ -567,7 +563,7 @@ mod tests {
             .get(k.as_slice())
             .unwrap()
             .unwrap();
-        let err = Parts::<redb::ReadOnlyTable<&[u8], &[u8]>>(None)
+        let err = ReadParts(None)
             .join(k.as_slice(), head.value())
             .unwrap_err();
         assert!(err.to_string().contains("misses its 2 parts"), "{err}");

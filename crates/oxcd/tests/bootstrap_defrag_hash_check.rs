@@ -32,13 +32,15 @@ async fn bootstrap_defrag_runs_only_past_its_threshold() {
     let bin = oxcd_bin();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("d");
-    // ~8 MiB written, then deleted and compacted: mostly free space
+    // ~32 MiB written, then deleted and compacted: mostly free space
+    // (more than redb's write buffer holds: pages freed before they
+    // reached the file would leave a hole, not free space, in it)
     let mut m = Process::start_oxcd(&bin, &data, &[]);
     let mut c = Client::connect([m.endpoint.clone()], None).await.unwrap();
     // incompressible values
     let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-    for i in 0..32 {
-        let value: Vec<u8> = (0..256 * 1024)
+    for i in 0..64 {
+        let value: Vec<u8> = (0..512 * 1024)
             .map(|_| {
                 seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
                 (seed >> 56) as u8

@@ -289,14 +289,13 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use api::etcdserverpb::DeleteRangeRequest;
     use bytes::Bytes;
     use redb::{ReadableDatabase, ReadableTable};
 
     use super::INDEX_TABLE;
     use crate::backend;
     use crate::compaction::CompactionBatches;
-    use crate::test_util::put_at;
+    use crate::test_util::{delete_range_at, put_at};
     use crate::Store;
 
     /// A history with every shape of key: written once, many times, deleted,
@@ -326,22 +325,12 @@ mod tests {
         for i in 0..20 {
             put_at(store, next(), &format!("leased/{i:02}"), "v", 7 + i % 3);
         }
-        let delete = |store: &Store, index: u64, key: &str, end: &str| {
-            let mut w = store.write(index);
-            w.delete_range(&DeleteRangeRequest {
-                key: key.as_bytes().to_vec().into(),
-                range_end: end.as_bytes().to_vec().into(),
-                ..Default::default()
-            })
-            .unwrap();
-            w.end();
-        };
-        delete(store, next(), "many/00", "many/10");
+        delete_range_at(store, next(), "many/00", "many/10");
         put_at(store, next(), "many/03", "back", 0);
         let revision = store.current_revision();
         store.compact(revision - 100, next()).unwrap();
         store.commit(false).unwrap();
-        delete(store, next(), "once/0000", "once/0050");
+        delete_range_at(store, next(), "once/0000", "once/0050");
         put_at(store, next(), "after", "v", 0);
         next()
     }

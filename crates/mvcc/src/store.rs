@@ -1,5 +1,6 @@
 //! The store: key index + pending batch + redb file, and the read path.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -10,7 +11,7 @@ use api::mvccpb::KeyValue;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock, RwLockUpgradableReadGuard};
 use prost::Message;
-use redb::{Database, ReadOnlyTable, ReadableDatabase};
+use redb::{Database, ReadOnlyTable, ReadTransaction, ReadableDatabase};
 
 use crate::backend::{self, backend_error, Batch, SideTable, KEY_TABLE};
 use crate::key_index::{KeyIndexTree, RangeEnd};
@@ -766,9 +767,12 @@ type KeyTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
 
 pub(crate) struct ValueReader<'s> {
     store: &'s Store,
-    /// The table and its parts, and the file handle they were read from
-    /// (kept alive with them).
-    table: Option<(KeyTable, ReadParts, Arc<Database>)>,
+    /// The table, its read transaction and the file handle they were read
+    /// from (kept alive with them).
+    table: Option<(KeyTable, ReadTransaction, Arc<Database>)>,
+    /// The parts table, opened at the first long record (most reads
+    /// meet none).
+    parts: std::cell::OnceCell<ReadParts>,
     /// Counts the read transaction as open while the table lives.
     _open: Option<crate::stats::OpenRead<'s>>,
 }
@@ -778,21 +782,40 @@ impl<'s> ValueReader<'s> {
         ValueReader {
             store,
             table: None,
+            parts: std::cell::OnceCell::new(),
             _open: None,
         }
     }
 
-    fn table(&mut self) -> Result<(&KeyTable, &ReadParts), MvccError> {
+    fn table(&mut self) -> Result<&KeyTable, MvccError> {
         if self.table.is_none() {
             let db = self.store.db();
             let txn = db.begin_read().map_err(backend_error)?;
             let table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
-            self.table = Some((table, ReadParts::open(&txn)?, db));
+            self.table = Some((table, txn, db));
             self._open = Some(self.store.open_reads.open());
         }
         match &self.table {
-            Some((table, parts, _)) => Ok((table, parts)),
+            Some((table, _, _)) => Ok(table),
             None => unreachable!("table opened above"),
+        }
+    }
+
+    /// The whole record of `stored`, the table's value under `key` (see
+    /// [`ReadParts::join`]), the parts table opened if it is a head.
+    fn join<'v>(&self, key: &[u8], stored: &'v [u8]) -> Result<Cow<'v, [u8]>, MvccError> {
+        if crate::parts::parts_of(stored).is_none() {
+            return Ok(Cow::Borrowed(stored));
+        }
+        let Some((_, txn, _)) = &self.table else {
+            unreachable!("a stored value was read from the table")
+        };
+        if self.parts.get().is_none() {
+            let _ = self.parts.set(ReadParts::open(txn)?);
+        }
+        match self.parts.get() {
+            Some(parts) => parts.join(key, stored),
+            None => unreachable!("set above"),
         }
     }
 
@@ -822,11 +845,10 @@ impl<'s> ValueReader<'s> {
         if !misses.is_empty() {
             for i in misses {
                 let key = RevisionKey::new(revisions[i], false);
-                let (table, parts) = self.table()?;
-                let found = table.get(key.as_slice()).map_err(backend_error)?;
+                let found = self.table()?.get(key.as_slice()).map_err(backend_error)?;
                 let kv = match found {
                     Some(stored) => {
-                        let record = parts
+                        let record = self
                             .join(key.as_slice(), stored.value())
                             .map_err(|e| self.store.damaged(e))?;
                         self.store.decode_record(revisions[i], &record)?

@@ -15,6 +15,9 @@
 #                member, phases A and B below; N > 1: phase C below)
 #   --keep-logs  keep the server logs and raw results (their path is printed)
 #   --keys N     phase B's key count (default 1,000,000; --quick 10,000)
+#   --quota B    --quota-backend-bytes of every server (default: the
+#                servers' own, 2 GiB; 10,000,000 keys of 256 B, 2.56 GB of
+#                values, need more)
 #
 # Environment: OXCD, OXBENCH, ETCD3516, ETCD35, ETCD34, ETCDCTL override the binaries;
 # PHASES (default "ab") picks the single-member phases to run, e.g. PHASES=b
@@ -63,6 +66,8 @@ while [ $# -gt 0 ]; do
     --keep-logs) keep_logs=1; shift ;;
     --keys) keys_override=$2; shift 2 ;;
     --keys=*) keys_override=${1#*=}; shift ;;
+    --quota) quota=$2; shift 2 ;;
+    --quota=*) quota=${1#*=}; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "compare.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -75,6 +80,11 @@ if [ $quick = 1 ]; then
   n_put1=5000 n_put100=10000 n_txn=5000 n_range=10000 n_watch_puts=200 n_keys=10000
 else
   n_put1=10000 n_put100=100000 n_txn=50000 n_range=100000 n_watch_puts=1000 n_keys=1000000
+fi
+quota_flags=()
+if [ -n "${quota:-}" ]; then
+  [[ "$quota" =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: --quota takes bytes; got $quota" >&2; exit 2; }
+  quota_flags=(--quota-backend-bytes "$quota")
 fi
 if [ -n "${keys_override:-}" ]; then
   [[ "$keys_override" =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: --keys takes a key count; got $keys_override" >&2; exit 2; }
@@ -134,7 +144,7 @@ start_server() {
   "$bin" --name bench --data-dir "$2" \
     --listen-client-urls "http://$endpoint" --advertise-client-urls "http://$endpoint" \
     --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
-    --initial-cluster "bench=http://127.0.0.1:$peer_port" >>"$3" 2>&1 &
+    --initial-cluster "bench=http://127.0.0.1:$peer_port" "${quota_flags[@]}" >>"$3" 2>&1 &
   server_pid=$!
   server_pids=("$server_pid")
 }
@@ -158,7 +168,7 @@ start_cluster() {
     "$bin" --name "m$((m + 1))" --data-dir "$2/data-m$((m + 1))" \
       --listen-client-urls "http://$ep" --advertise-client-urls "http://$ep" \
       --listen-peer-urls "http://$peer" --initial-advertise-peer-urls "http://$peer" \
-      --initial-cluster "$initial" --initial-cluster-state new >>"$2/m$((m + 1)).log" 2>&1 &
+      --initial-cluster "$initial" --initial-cluster-state new "${quota_flags[@]}" >>"$2/m$((m + 1)).log" 2>&1 &
     server_pids+=($!)
   done
   server_pid=${server_pids[0]}

@@ -54,7 +54,7 @@ entry() {
   args=() rows=()
   case "$1" in
     compare.sh)
-      args=(--quick)
+      args=(--quick --quota 4294967296)
       rows=("put, 1 client" "put, 1 client, p99" "put, 100 clients x 10 conns"
         "put, 100 clients x 10 conns, p99" "txn-put, 100 clients" "range linearizable, 100 clients"
         "range serializable, 100 clients" "watch-latency, 1,000 watchers, p99"

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use redb::{Database, Durability, ReadableDatabase};
+use redb::{Database, ReadableDatabase};
 
 use crate::backend::backend_error;
 use crate::snapshot::copy_all;
@@ -58,9 +58,26 @@ pub(crate) fn remove_leftover(path: &Path) {
 /// leaving its closing to the last of them.
 const OLD_FILE_GRACE: Duration = Duration::from_secs(5);
 
+/// Closes a replaced file on a thread of its own, once the readers that
+/// still use it are done, so that neither the caller nor a request pays
+/// for closing it: the kernel drops the unlinked file's cached pages then
+/// (0.3 s for 1.1 GB). Without a thread, the last holder closes it.
+pub(crate) fn close_off_thread(old: std::sync::Arc<Database>) {
+    let spawned = std::thread::Builder::new()
+        .name("close-old-db".into())
+        .spawn({
+            let old = old.clone();
+            move || close_when_unused(old)
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start a thread to close the replaced file");
+    }
+    drop(old);
+}
+
 /// Closes the replaced file here, once the readers that still use it are
 /// done, so that no request pays for closing it.
-pub(crate) fn close_when_unused(old: std::sync::Arc<Database>) {
+fn close_when_unused(old: std::sync::Arc<Database>) {
     let deadline = Instant::now() + OLD_FILE_GRACE;
     while std::sync::Arc::strong_count(&old) > 1 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
@@ -117,7 +134,7 @@ impl Store {
         self.refresh_file_size();
         // The deferred batch, now into the new file.
         self.commit(false)?;
-        close_when_unused(old);
+        close_off_thread(old);
         Ok(DefragStats {
             size_before,
             size_after: self.db_size(),
@@ -142,11 +159,9 @@ impl Store {
         let _ = std::fs::remove_file(tmp);
         let snapshot = self.db().begin_read().map_err(backend_error)?;
         let copy = crate::backend::create_private(&crate::backend::builder(), tmp)?;
-        let mut txn = copy.begin_write().map_err(backend_error)?;
-        txn.set_durability(Durability::Immediate)
-            .map_err(backend_error)?;
-        copy_all(&snapshot, &txn)?;
-        txn.commit().map_err(backend_error)?;
+        let mut write = crate::snapshot::SteppedWrite::begin(copy)?;
+        copy_all(&snapshot, &mut write)?;
+        let copy = write.finish()?;
         drop(snapshot);
         // No redb compact() of the copy: records written in order leave
         // nothing to move, and the file's grown part is a hole the size
@@ -167,6 +182,19 @@ mod tests {
     use crate::test_util::{delete_range_at, put_at};
 
     use crate::Store;
+
+    /// This process's descriptors on unlinked files in `dir`.
+    fn open_deleted_files_in(dir: &std::path::Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .filter(|target| {
+                let target = target.to_string_lossy();
+                target.starts_with(&*dir.to_string_lossy()) && target.ends_with(" (deleted)")
+            })
+            .count()
+    }
 
     #[test]
     fn defrag_returns_space_and_keeps_every_key_and_later_writes() {
@@ -202,6 +230,17 @@ mod tests {
         });
         assert_eq!(before, after);
         assert!(!dir.path().join("db.defrag.tmp").exists());
+        // the replaced file is closed off the defrag's thread, once unused:
+        // no descriptor of this process is left on it (not yet: a thread
+        // closes it)
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while open_deleted_files_in(dir.path()) > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the old file stays open"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
 
         index += 1;
         put_at(&store, index, "later", vec![1], 0);

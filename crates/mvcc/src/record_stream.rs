@@ -25,9 +25,7 @@
 
 use std::path::Path;
 
-use redb::{
-    Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
-};
+use redb::{ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 
 use crate::backend::{self, backend_error, SideTable, KEY_TABLE, META_TABLE};
 use crate::parts::{ReadParts, Records};
@@ -266,12 +264,12 @@ fn parse(buf: &[u8], at: usize) -> Result<Parsed, MvccError> {
 }
 
 /// Builds a redb file from a record stream as it arrives (see
-/// [`crate::record_stream`]): one write transaction, committed durably by
+/// [`crate::record_stream`]): written in steps committed without a sync
+/// ([`crate::snapshot::SteppedWrite`]), the last one durably by
 /// [`RecordsBuilder::finish`] once the whole stream checked out. Dropped
-/// before that, nothing is committed (the caller removes the file).
+/// before that, the file is not a copy (the caller removes it).
 pub struct RecordsBuilder {
-    db: Database,
-    txn: Option<WriteTransaction>,
+    write: Option<crate::snapshot::SteppedWrite>,
     /// Bytes received and not yet parsed (the start of a frame).
     buf: Vec<u8>,
     crc: u32,
@@ -281,20 +279,22 @@ pub struct RecordsBuilder {
     /// The key index of the records so far, which the file gets as its
     /// checkpoint (see [`crate::index_checkpoint`]).
     indexer: backend::Indexer,
+    /// The file's pages, sent to the disk as it grows (a guard: its
+    /// thread ends when the builder is dropped).
+    _behind: crate::flush::WriteBehind,
 }
 
 impl RecordsBuilder {
     /// Creates the file at `path` (0600), replacing any.
     pub fn create(path: &Path) -> Result<RecordsBuilder, MvccError> {
-        let (db, txn) = crate::snapshot::new_copy(path)?;
         Ok(RecordsBuilder {
-            db,
-            txn: Some(txn),
+            write: Some(crate::snapshot::new_copy(path)?),
             buf: Vec::new(),
             crc: 0,
             frames: 0,
             ended: false,
             indexer: backend::Indexer::default(),
+            _behind: crate::flush::WriteBehind::start(path),
         })
     }
 
@@ -341,6 +341,10 @@ impl RecordsBuilder {
         self.frames += frames.len() as u64;
         self.write(&frames)?;
         self.buf.drain(..at);
+        let write = self.write.as_mut().expect("a builder's copy until finish");
+        if write.wrote(data.len()) {
+            write.step()?;
+        }
         Ok(())
     }
 
@@ -348,9 +352,10 @@ impl RecordsBuilder {
     /// of frames of one table.
     fn write(&mut self, frames: &[Frame]) -> Result<(), MvccError> {
         let txn = self
-            .txn
+            .write
             .as_ref()
-            .expect("a builder's transaction until finish");
+            .expect("a builder's copy until finish")
+            .txn();
         let mut rest = frames;
         while let Some(first) = rest.first() {
             let run = rest.iter().take_while(|f| f.tag == first.tag).count();
@@ -398,7 +403,8 @@ impl RecordsBuilder {
         if !self.ended {
             return Err(damaged("it ended early"));
         }
-        let txn = self.txn.take().expect("finished once");
+        let write = self.write.take().expect("finished once");
+        let txn = write.txn();
         let meta = {
             let table = txn.open_table(META_TABLE).map_err(backend_error)?;
             backend::meta_of(&table)?
@@ -414,8 +420,7 @@ impl RecordsBuilder {
                 loaded.compact_revision.max(crate::store::NO_COMPACTION),
             )?;
         }
-        txn.commit().map_err(backend_error)?;
-        drop(self.db);
+        write.finish()?;
         Ok(self.frames)
     }
 }
@@ -546,6 +551,43 @@ mod tests {
         };
         assert_eq!(range(&follower), range(&store));
         assert_eq!(follower.take_loaded_leased_keys().len(), 100);
+    }
+
+    /// A stream of more than a step is built in steps (committed without
+    /// a sync, the last one durably) and installs whole.
+    #[test]
+    fn a_stream_larger_than_a_step_is_built_in_steps() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("leader.db")).unwrap();
+        let values = 3 * crate::snapshot::STEP_BYTES / (1 << 20);
+        for i in 0..values {
+            put_at(
+                &store,
+                i as u64 + 1,
+                &format!("k{i:03}"),
+                vec![i as u8; 1 << 20],
+                0,
+            );
+        }
+        store.commit(true).unwrap();
+        let (bytes, index) = stream_of(&store);
+        let built = dir.path().join("built.db");
+        let mut builder = RecordsBuilder::create(&built).unwrap();
+        for piece in bytes.chunks(super::PIECE_BYTES) {
+            builder.feed(piece).unwrap();
+        }
+        let steps = builder.write.as_ref().unwrap().steps();
+        assert!(steps >= 2, "{steps} steps");
+        let frames = builder.finish().unwrap();
+        assert!(
+            frames > values as u64,
+            "{frames} frames: the records and meta"
+        );
+
+        let follower = Store::open(&dir.path().join("follower.db")).unwrap();
+        follower.restore_from(&built).unwrap();
+        assert_eq!(stream_of(&follower), (bytes, index));
+        assert_eq!(follower.hash().unwrap(), store.hash().unwrap());
     }
 
     #[test]

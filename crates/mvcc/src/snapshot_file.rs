@@ -367,18 +367,17 @@ impl SnapshotFile {
             redb::Builder::new().set_cache_size(COPY_CACHE_BYTES),
             dest,
         )?;
-        let mut txn = db.begin_write().map_err(backend_error)?;
-        txn.set_durability(Durability::Immediate)
-            .map_err(backend_error)?;
-        copy_records(&from, &txn)?;
-        copy_table(&from, &txn, META_TABLE)?;
+        let mut write = crate::snapshot::SteppedWrite::begin(db)?;
+        copy_records(&from, &mut write)?;
+        copy_table(&from, &mut write, META_TABLE)?;
         // membership comes from the restore's flags: a restored cluster is
         // new, its old members (and removed ones) are not copied
         for side in SideTable::ALL {
             if !matches!(side, SideTable::Members | SideTable::MembersRemoved) {
-                copy_table(&from, &txn, side.definition())?;
+                copy_table(&from, &mut write, side.definition())?;
             }
         }
+        let txn = write.txn();
         let summary = {
             let mut meta = txn.open_table(META_TABLE).map_err(backend_error)?;
             meta.remove(META_CONSISTENT_INDEX).map_err(backend_error)?;
@@ -404,7 +403,7 @@ impl SnapshotFile {
                 leases: leases.len().map_err(backend_error)?,
             }
         };
-        txn.commit().map_err(backend_error)?;
+        write.finish()?;
         Ok(summary)
     }
 }

@@ -412,7 +412,7 @@ impl RecordsBuilder {
         if meta.scheduled_compact_revision.is_none() {
             let loaded = std::mem::take(&mut self.indexer).finish(meta);
             crate::index_checkpoint::write_in(
-                &txn,
+                txn,
                 &loaded.index,
                 &loaded.leased_keys,
                 loaded.consistent_index,

@@ -150,6 +150,16 @@ async fn etcdctl_34_and_35_snapshot_save_against_oxcd_pass_their_own_checks() {
     let path = dir.path().join("via-client.db");
     std::fs::write(&path, &body).unwrap();
     assert_eq!(status_json(&path)["revision"], revision);
+    // its last 32 bytes are the sha256 of the rest: a restore checks it
+    let restored = dir.path().join("via-client-restored");
+    oxctl(&[
+        "snapshot",
+        "restore",
+        path.to_str().unwrap(),
+        "--data-dir",
+        restored.to_str().unwrap(),
+    ])
+    .unwrap_or_else(|e| panic!("restore of the streamed copy: {e}"));
     // Nothing is left in the snap dir.
     let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("data/member/snap"))
         .unwrap()

@@ -15,7 +15,8 @@
 //!
 //! Memory and backpressure: the copy is written on a blocking thread that
 //! hands chunks to the gRPC stream through a channel of
-//! [`SNAPSHOT_STREAM_QUEUE`] chunks. A slow client slows that thread, and
+//! [`SNAPSHOT_STREAM_QUEUE`] chunks, and to a thread that hashes them
+//! through one of [`HASH_QUEUE`]. A slow client slows that thread, and
 //! the read transaction stays open until the copy is sent (as etcd's bolt
 //! transaction): a defragmentation waits for it, writes do not.
 
@@ -70,12 +71,71 @@ fn remove_stale_copies(snap_dir: &std::path::Path) {
     }
 }
 
+/// Chunks queued for the sha256 thread (512 KiB).
+const HASH_QUEUE: usize = 16;
+
+/// The body's sha256, computed by a thread of its own from the chunks as
+/// they go out: the copy's thread lays out and fills the pages, and
+/// hashing there too made it the stream's bottleneck. Inline when no
+/// thread starts.
+enum BodyHash {
+    Thread {
+        chunks: std::sync::mpsc::SyncSender<prost::bytes::Bytes>,
+        worker: std::thread::JoinHandle<Vec<u8>>,
+    },
+    Inline(Sha256),
+}
+
+impl BodyHash {
+    fn start() -> BodyHash {
+        let (chunks, queued) = std::sync::mpsc::sync_channel::<prost::bytes::Bytes>(HASH_QUEUE);
+        let spawned = std::thread::Builder::new()
+            .name("snapshot-sha256".into())
+            .spawn(move || {
+                let mut hasher = Sha256::new();
+                for chunk in queued {
+                    hasher.update(&chunk);
+                }
+                hasher.finalize().to_vec()
+            });
+        match spawned {
+            Ok(worker) => BodyHash::Thread { chunks, worker },
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the snapshot's sha256 thread; hashing inline");
+                BodyHash::Inline(Sha256::new())
+            }
+        }
+    }
+
+    fn update(&mut self, chunk: &prost::bytes::Bytes) {
+        match self {
+            // the worker ends only when this sender is dropped (finish)
+            BodyHash::Thread { chunks, .. } => {
+                let _ = chunks.send(chunk.clone());
+            }
+            BodyHash::Inline(hasher) => hasher.update(chunk),
+        }
+    }
+
+    fn finish(self) -> Result<Vec<u8>, Status> {
+        match self {
+            BodyHash::Thread { chunks, worker } => {
+                drop(chunks);
+                worker
+                    .join()
+                    .map_err(|_| Status::internal("the snapshot's sha256 failed"))
+            }
+            BodyHash::Inline(hasher) => Ok(hasher.finalize().to_vec()),
+        }
+    }
+}
+
 /// The body as chunks of [`SNAPSHOT_SEND_BUFFER_SIZE`] into the stream,
 /// hashed as they go.
 struct Chunks<'a> {
     tx: &'a mpsc::Sender<Item>,
     header: Option<ResponseHeader>,
-    hasher: Sha256,
+    hasher: BodyHash,
     total: u64,
     sent: u64,
     blob: Vec<u8>,
@@ -85,16 +145,17 @@ struct Chunks<'a> {
 
 impl Chunks<'_> {
     fn send_blob(&mut self) -> std::io::Result<()> {
-        let blob = std::mem::replace(
+        let blob: prost::bytes::Bytes = std::mem::replace(
             &mut self.blob,
             Vec::with_capacity(SNAPSHOT_SEND_BUFFER_SIZE),
-        );
+        )
+        .into();
         self.hasher.update(&blob);
         self.sent += blob.len() as u64;
         let response = SnapshotResponse {
             header: self.header.take(),
             remaining_bytes: self.total.saturating_sub(self.sent),
-            blob: blob.into(),
+            blob,
         };
         if self.tx.blocking_send(Ok(response)).is_err() {
             self.gone = true;
@@ -152,7 +213,7 @@ fn send_snapshot(server: &EtcdServer, tx: &mpsc::Sender<Item>) -> Result<(), Sta
     let mut chunks = Chunks {
         tx,
         header: Some(header),
-        hasher: Sha256::new(),
+        hasher: BodyHash::start(),
         total,
         sent: 0,
         blob: Vec::with_capacity(SNAPSHOT_SEND_BUFFER_SIZE),
@@ -175,7 +236,7 @@ fn send_snapshot(server: &EtcdServer, tx: &mpsc::Sender<Item>) -> Result<(), Sta
     let Chunks {
         hasher, mut header, ..
     } = chunks;
-    let sha = hasher.finalize().to_vec();
+    let sha = hasher.finish()?;
     tracing::info!(
         "total-bytes" = total,
         "checksum-size" = sha.len(),

@@ -272,6 +272,80 @@ enum Values {
 }
 
 /// Every bucket in etcd's order; returns the consistent index written.
+/// The `key` table's records, each joined with its parts and its seal
+/// checked, handed to `sink` in order until it returns false.
+fn read_records(
+    txn: &ReadTransaction,
+    mut sink: impl FnMut(&[u8], &[u8]) -> Result<bool, MvccError>,
+) -> Result<(), MvccError> {
+    let table = txn.open_table(KEY_TABLE).map_err(backend_error)?;
+    let parts = crate::parts::ReadParts::open(txn)?;
+    for row in table.iter().map_err(backend_error)? {
+        let (k, v) = row.map_err(backend_error)?;
+        let whole = parts.join(k.value(), v.value())?;
+        let payload = crate::backend::unseal(&whole)
+            .map_err(|_| MvccError::Corrupt("a key record's checksum does not match".into()))?;
+        if !sink(k.value(), payload)? {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Records a batch between the reading thread and the writing one holds.
+const RECORD_BATCH_BYTES: usize = 1 << 20;
+/// Batches queued between them.
+const RECORD_BATCHES_QUEUED: usize = 4;
+
+type RecordBatch = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// The `key` bucket's records into `out`, read by a thread of its own
+/// (the parts through redb's cache: two thirds of a snapshot's copy) while
+/// this one lays out the bbolt pages; here when no thread starts.
+fn put_records(
+    txn: &ReadTransaction,
+    out: &mut bbolt::Writer<impl std::io::Write + std::io::Seek>,
+) -> Result<(), MvccError> {
+    std::thread::scope(|scope| {
+        let (batches, received) =
+            std::sync::mpsc::sync_channel::<Result<RecordBatch, MvccError>>(RECORD_BATCHES_QUEUED);
+        let reader = std::thread::Builder::new()
+            .name("backend-read".into())
+            .spawn_scoped(scope, move || {
+                let mut batch = RecordBatch::new();
+                let mut bytes = 0;
+                let read = read_records(txn, |k, v| {
+                    bytes += k.len() + v.len();
+                    batch.push((k.to_vec(), v.to_vec()));
+                    if bytes < RECORD_BATCH_BYTES {
+                        return Ok(true);
+                    }
+                    bytes = 0;
+                    // false: the writer stopped (its error is the copy's)
+                    Ok(batches.send(Ok(std::mem::take(&mut batch))).is_ok())
+                });
+                let last = match read {
+                    Ok(()) => Ok(batch),
+                    Err(e) => Err(e),
+                };
+                let _ = batches.send(last);
+            });
+        if let Err(e) = reader {
+            tracing::warn!(error = %e, "cannot start a thread to read the records; reading them here");
+            return read_records(txn, |k, v| {
+                out.put(k, v).map_err(bbolt_error)?;
+                Ok(true)
+            });
+        }
+        for batch in received {
+            for (k, v) in batch? {
+                out.put(&k, &v).map_err(bbolt_error)?;
+            }
+        }
+        Ok(())
+    })
+}
+
 fn write_buckets(
     txn: &ReadTransaction,
     out: &mut bbolt::Writer<impl std::io::Write + std::io::Seek>,
@@ -327,36 +401,27 @@ fn write_buckets(
 
     // key: revision keys and marshalled KeyValues, streamed in their order
     out.begin_bucket(eb::KEY.as_bytes()).map_err(bbolt_error)?;
-    match txn.open_table(KEY_TABLE) {
-        Ok(table) => {
-            let parts = crate::parts::ReadParts::open(txn)?;
+    match (txn.open_table(KEY_TABLE), &mut values) {
+        (Ok(_), Values::Records) => put_records(txn, out)?,
+        (Ok(table), Values::Lengths(zeros)) => {
             let damaged = || MvccError::Corrupt("a key record's checksum does not match".into());
             for row in table.iter().map_err(backend_error)? {
                 let (k, v) = row.map_err(backend_error)?;
-                match &mut values {
-                    Values::Records => {
-                        let whole = parts.join(k.value(), v.value())?;
-                        let payload = crate::backend::unseal(&whole).map_err(|_| damaged())?;
-                        out.put(k.value(), payload).map_err(bbolt_error)?;
-                    }
-                    Values::Lengths(zeros) => {
-                        let len = crate::parts::whole_len(v.value())
-                            .checked_sub(crate::backend::CHECKSUM_LEN)
-                            .filter(|len| *len <= bbolt::MAX_VALUE_SIZE)
-                            .ok_or_else(damaged)?;
-                        if zeros.len() < len {
-                            // zeroed by the OS as touched: the writer copies
-                            // a value shorter than a page, a longer one goes
-                            // to a sink that reads nothing
-                            *zeros = vec![0; len];
-                        }
-                        out.put(k.value(), &zeros[..len]).map_err(bbolt_error)?;
-                    }
+                let len = crate::parts::whole_len(v.value())
+                    .checked_sub(crate::backend::CHECKSUM_LEN)
+                    .filter(|len| *len <= bbolt::MAX_VALUE_SIZE)
+                    .ok_or_else(damaged)?;
+                if zeros.len() < len {
+                    // zeroed by the OS as touched: the writer copies a
+                    // value shorter than a page, a longer one goes to a
+                    // sink that reads nothing
+                    *zeros = vec![0; len];
                 }
+                out.put(k.value(), &zeros[..len]).map_err(bbolt_error)?;
             }
         }
-        Err(redb::TableError::TableDoesNotExist(_)) => {}
-        Err(e) => return Err(backend_error(e)),
+        (Err(redb::TableError::TableDoesNotExist(_)), _) => {}
+        (Err(e), _) => return Err(backend_error(e)),
     }
 
     // lease: the ID big endian, in the table's (numeric) order
@@ -712,6 +777,61 @@ mod tests {
             restored.hash_kv(revision).unwrap().0,
             store.hash_kv(revision).unwrap().0
         );
+    }
+
+    /// The records are read by a thread of their own: a writer that stops
+    /// (a client gone) stops it, and a damaged record it reads fails the
+    /// copy; neither hangs.
+    #[test]
+    fn a_copy_ends_when_its_writer_stops_or_a_record_is_damaged() {
+        struct Closing(usize);
+        impl std::io::Write for Closing {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                if self.0 < buf.len() {
+                    return Err(std::io::ErrorKind::BrokenPipe.into());
+                }
+                self.0 -= buf.len();
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db")).unwrap();
+        // more than the batches queued between the threads
+        let records = 2 * RECORD_BATCHES_QUEUED * RECORD_BATCH_BYTES / 8192;
+        for i in 0..records as u64 {
+            crate::test_util::put_at(&store, i + 1, &format!("k{i:05}"), vec![1; 8192], 0);
+        }
+        let raft = RaftMeta::default();
+        let copy = store.etcd_backend_copy(&raft).unwrap();
+        assert!(
+            copy.write_to(Closing(256 << 10)).is_err(),
+            "the writer stopped"
+        );
+        // whole, it goes through
+        let copy = store.etcd_backend_copy(&raft).unwrap();
+        let size = copy.size();
+        assert_eq!(copy.write_to(Closing(usize::MAX)).unwrap().size, size);
+
+        // a record's bytes damaged in the file: its seal fails
+        store.commit(true).unwrap();
+        {
+            let db = store.db();
+            let txn = redb::Database::begin_write(&db).unwrap();
+            {
+                let mut table = txn.open_table(KEY_TABLE).unwrap();
+                let key = table.first().unwrap().unwrap().0.value().to_vec();
+                let mut value = table.get(key.as_slice()).unwrap().unwrap().value().to_vec();
+                value[0] ^= 0xff;
+                table.insert(key.as_slice(), value.as_slice()).unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        let copy = store.etcd_backend_copy(&raft).unwrap();
+        let err = copy.write_to(Closing(usize::MAX)).unwrap_err();
+        assert!(err.to_string().contains("checksum"), "{err}");
     }
 
     #[test]

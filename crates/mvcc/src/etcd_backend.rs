@@ -271,7 +271,11 @@ enum Values {
     Lengths(Vec<u8>),
 }
 
-/// Every bucket in etcd's order; returns the consistent index written.
+/// A `key` record whose seal does not hold.
+fn damaged_record() -> MvccError {
+    MvccError::Corrupt("a key record's checksum does not match".into())
+}
+
 /// The `key` table's records, each joined with its parts and its seal
 /// checked, handed to `sink` in order until it returns false.
 fn read_records(
@@ -283,8 +287,7 @@ fn read_records(
     for row in table.iter().map_err(backend_error)? {
         let (k, v) = row.map_err(backend_error)?;
         let whole = parts.join(k.value(), v.value())?;
-        let payload = crate::backend::unseal(&whole)
-            .map_err(|_| MvccError::Corrupt("a key record's checksum does not match".into()))?;
+        let payload = crate::backend::unseal(&whole).map_err(|_| damaged_record())?;
         if !sink(k.value(), payload)? {
             break;
         }
@@ -324,11 +327,7 @@ fn put_records(
                     // false: the writer stopped (its error is the copy's)
                     Ok(batches.send(Ok(std::mem::take(&mut batch))).is_ok())
                 });
-                let last = match read {
-                    Ok(()) => Ok(batch),
-                    Err(e) => Err(e),
-                };
-                let _ = batches.send(last);
+                let _ = batches.send(read.map(|()| batch));
             });
         if let Err(e) = reader {
             tracing::warn!(error = %e, "cannot start a thread to read the records; reading them here");
@@ -346,6 +345,7 @@ fn put_records(
     })
 }
 
+/// Every bucket in etcd's order; returns the consistent index written.
 fn write_buckets(
     txn: &ReadTransaction,
     out: &mut bbolt::Writer<impl std::io::Write + std::io::Seek>,
@@ -404,13 +404,12 @@ fn write_buckets(
     match (txn.open_table(KEY_TABLE), &mut values) {
         (Ok(_), Values::Records) => put_records(txn, out)?,
         (Ok(table), Values::Lengths(zeros)) => {
-            let damaged = || MvccError::Corrupt("a key record's checksum does not match".into());
             for row in table.iter().map_err(backend_error)? {
                 let (k, v) = row.map_err(backend_error)?;
                 let len = crate::parts::whole_len(v.value())
                     .checked_sub(crate::backend::CHECKSUM_LEN)
                     .filter(|len| *len <= bbolt::MAX_VALUE_SIZE)
-                    .ok_or_else(damaged)?;
+                    .ok_or_else(damaged_record)?;
                 if zeros.len() < len {
                     // zeroed by the OS as touched: the writer copies a
                     // value shorter than a page, a longer one goes to a

@@ -212,20 +212,44 @@ pub(crate) fn without_panics<T>(
 /// made 0600 first, as etcd's bbolt files (`fileutil.PrivateFileMode`), an
 /// existing one keeps its mode.
 pub(crate) fn create_private(builder: &redb::Builder, path: &Path) -> Result<Database, MvccError> {
+    open_private(path)?;
+    builder.create(path).map_err(database_error)
+}
+
+/// [`create_private`] for a copy's new file, its writes gathered into runs
+/// (see [`crate::copy_file`]), and the handle that turns that off.
+pub(crate) fn create_copy(
+    builder: &redb::Builder,
+    path: &Path,
+) -> Result<(Database, crate::copy_file::Combining), MvccError> {
+    let file = open_private(path)?;
+    let (backend, combining) = crate::copy_file::on(file)
+        .map_err(|e| MvccError::Backend(format!("cannot open {}: {e}", path.display())))?;
+    let db = builder
+        .create_with_backend(backend)
+        .map_err(database_error)?;
+    Ok((db, combining))
+}
+
+/// `path` opened for reading and writing, created 0600 if missing.
+fn open_private(path: &Path) -> Result<std::fs::File, MvccError> {
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(false);
+    options.read(true).write(true).create(true).truncate(false);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     options
         .open(path)
-        .map_err(|e| MvccError::Backend(format!("cannot create {}: {e}", path.display())))?;
-    builder.create(path).map_err(|e| match e {
+        .map_err(|e| MvccError::Backend(format!("cannot create {}: {e}", path.display())))
+}
+
+fn database_error(e: redb::DatabaseError) -> MvccError {
+    match e {
         // the integrity check's verdict (open_database): a damaged file
         redb::DatabaseError::Storage(redb::StorageError::Corrupted(what)) => {
             MvccError::Corrupt(what)
         }
         e => backend_error(e),
-    })
+    }
 }
 
 /// Opens the store's file, every page checked; any key index checkpoint is

@@ -158,8 +158,7 @@ impl Store {
     fn copy_compactly(&self, tmp: &Path) -> Result<Database, MvccError> {
         let _ = std::fs::remove_file(tmp);
         let snapshot = self.db().begin_read().map_err(backend_error)?;
-        let copy = crate::backend::create_private(&crate::backend::builder(), tmp)?;
-        let mut write = crate::snapshot::SteppedWrite::begin(copy)?;
+        let mut write = crate::snapshot::SteppedWrite::create(crate::backend::CACHE_BYTES, tmp)?;
         copy_all(&snapshot, &mut write)?;
         let copy = write.finish()?;
         drop(snapshot);

@@ -126,6 +126,7 @@
 
 mod backend;
 mod compaction;
+mod copy_file;
 mod deferred_check;
 mod defrag;
 pub mod etcd_backend;

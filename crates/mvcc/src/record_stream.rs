@@ -559,7 +559,8 @@ mod tests {
     fn a_stream_larger_than_a_step_is_built_in_steps() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("leader.db")).unwrap();
-        let values = 3 * crate::snapshot::STEP_BYTES / (1 << 20);
+        let values =
+            3 * crate::snapshot::step_bytes(crate::snapshot_file::COPY_CACHE_BYTES) / (1 << 20);
         for i in 0..values {
             put_at(
                 &store,

@@ -21,27 +21,44 @@ use crate::{MvccError, Store};
 /// transaction's dirty pages when it commits, and pages that spilled from
 /// its cache to the file by then are read back, checksummed and written
 /// again (a 2 GiB copy in one transaction: 3.3 s of commit, 80% of it
-/// that). A step of [`STEP_BYTES`] still has its pages in memory when it
+/// that). A step of [`step_bytes`] still has its pages in memory when it
 /// commits. Until [`SteppedWrite::finish`] the file is not a copy: a
 /// crash leaves it empty or partial, and every caller writes it under a
 /// name of its own and removes or replaces it before the next try.
 pub(crate) struct SteppedWrite {
     db: redb::Database,
+    /// The file's gathered writes (see [`crate::copy_file`]), turned off
+    /// once the copy is whole.
+    combining: crate::copy_file::Combining,
     txn: Option<redb::WriteTransaction>,
     unstepped: std::cell::Cell<usize>,
+    /// Bytes a step holds.
+    step_bytes: usize,
     /// Steps committed so far.
     steps: usize,
 }
 
-/// Bytes a step of a [`SteppedWrite`] holds: below the copy caches
-/// (`COPY_CACHE_BYTES`, 32 MiB; the store's, 16 MiB).
-pub(crate) const STEP_BYTES: usize = 8 << 20;
+/// Bytes a step holds with a redb cache of `cache_bytes`: a quarter, so
+/// that its pages stay in redb's write buffer (half the cache), branch
+/// pages and all, until it commits. (The defrag's copy, with the store's
+/// 16 MiB cache, had steps of 8 MiB: two thirds of its pages spilled and
+/// were read back at the commit.)
+pub(crate) fn step_bytes(cache_bytes: usize) -> usize {
+    cache_bytes / 4
+}
 
 impl SteppedWrite {
-    pub(crate) fn begin(db: redb::Database) -> Result<SteppedWrite, MvccError> {
+    /// A new copy at `dest` (0600; an existing file is opened as it is),
+    /// with a redb cache of `cache_bytes`, in steps of
+    /// [`step_bytes`]`(cache_bytes)`.
+    pub(crate) fn create(cache_bytes: usize, dest: &Path) -> Result<SteppedWrite, MvccError> {
+        let (db, combining) =
+            crate::backend::create_copy(redb::Builder::new().set_cache_size(cache_bytes), dest)?;
         let txn = Self::step_txn(&db)?;
         Ok(SteppedWrite {
             db,
+            combining,
+            step_bytes: step_bytes(cache_bytes),
             txn: Some(txn),
             unstepped: std::cell::Cell::new(0),
             steps: 0,
@@ -67,7 +84,7 @@ impl SteppedWrite {
     pub(crate) fn wrote(&self, bytes: usize) -> bool {
         let total = self.unstepped.get() + bytes;
         self.unstepped.set(total);
-        total >= STEP_BYTES
+        total >= self.step_bytes
     }
 
     #[cfg(test)]
@@ -94,6 +111,10 @@ impl SteppedWrite {
         txn.set_durability(Durability::Immediate)
             .map_err(backend_error)?;
         txn.commit().map_err(backend_error)?;
+        // the durable commit synced what waited: nothing does now
+        self.combining
+            .pass_through()
+            .map_err(|e| MvccError::Backend(format!("cannot write the copy: {e}")))?;
         tracing::debug!(steps = self.steps + 1, "copy committed");
         Ok(self.db)
     }
@@ -162,11 +183,7 @@ pub(crate) fn copy_all(
 /// the copy cache, written in steps.
 pub(crate) fn new_copy(dest: &Path) -> Result<SteppedWrite, MvccError> {
     let _ = std::fs::remove_file(dest);
-    let copy = crate::backend::create_private(
-        redb::Builder::new().set_cache_size(crate::snapshot_file::COPY_CACHE_BYTES),
-        dest,
-    )?;
-    SteppedWrite::begin(copy)
+    SteppedWrite::create(crate::snapshot_file::COPY_CACHE_BYTES, dest)
 }
 
 /// The consistent index `snapshot` holds (0 if none).
@@ -529,7 +546,7 @@ mod tests {
         let store = Store::open(&dir.path().join("db")).unwrap();
         store.put_side(crate::SideTable::Leases, 5, Some(b"lease-5".to_vec()), 1);
         let mut index = 1;
-        for i in 0..(3 * super::STEP_BYTES / (1 << 20)) {
+        for i in 0..(3 * super::step_bytes(crate::snapshot_file::COPY_CACHE_BYTES) / (1 << 20)) {
             index += 1;
             put_at(
                 &store,
@@ -558,7 +575,10 @@ mod tests {
             .unwrap()
             .kvs
         };
-        assert_eq!(range(&other).len(), 3 * super::STEP_BYTES / (1 << 20));
+        assert_eq!(
+            range(&other).len(),
+            3 * super::step_bytes(crate::snapshot_file::COPY_CACHE_BYTES) / (1 << 20)
+        );
         assert_eq!(range(&other), range(&store));
         assert_eq!(other.hash().unwrap(), store.hash().unwrap());
         assert_eq!(

@@ -363,11 +363,7 @@ impl SnapshotFile {
     ) -> Result<RestoreSummary, SnapshotFileError> {
         let source = self.open_database()?;
         let from = source.begin_read().map_err(backend_error)?;
-        let db = crate::backend::create_private(
-            redb::Builder::new().set_cache_size(COPY_CACHE_BYTES),
-            dest,
-        )?;
-        let mut write = crate::snapshot::SteppedWrite::begin(db)?;
+        let mut write = crate::snapshot::SteppedWrite::create(COPY_CACHE_BYTES, dest)?;
         copy_records(&from, &mut write)?;
         copy_table(&from, &mut write, META_TABLE)?;
         // membership comes from the restore's flags: a restored cluster is

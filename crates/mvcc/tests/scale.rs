@@ -4,7 +4,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use api::etcdserverpb::PutRequest;
 use bytes::Bytes;
@@ -133,7 +133,9 @@ fn defrag_of_large_values() {
     }
     store.commit(true).unwrap();
     let started = Instant::now();
+    let cpu = cpu_time();
     let stats = store.defragment().unwrap();
+    eprintln!("defrag CPU {:?}", cpu_time() - cpu);
     eprintln!(
         "defragmented {} MB to {} MB in {:?}: copy {:?}, swap {:?}",
         stats.size_before / 1_000_000,
@@ -172,6 +174,7 @@ fn record_stream_of_large_values() {
         started.elapsed()
     );
     let started = Instant::now();
+    let cpu = cpu_time();
     let mut builder =
         mvcc::record_stream::RecordsBuilder::create(&dir.path().join("built.db")).unwrap();
     for piece in &pieces {
@@ -180,9 +183,22 @@ fn record_stream_of_large_values() {
     let fed = started.elapsed();
     builder.finish().unwrap();
     eprintln!(
-        "follower: fed in {fed:?}, committed in {:?}",
-        started.elapsed()
+        "follower: fed in {fed:?}, committed in {:?}, CPU {:?}",
+        started.elapsed(),
+        cpu_time() - cpu
     );
+}
+
+/// The process's CPU time so far (user and system, every thread).
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage fills the struct it is given.
+    let usage = unsafe {
+        let mut usage = std::mem::zeroed::<libc::rusage>();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let of = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    of(usage.ru_utime) + of(usage.ru_stime)
 }
 
 /// A directory for a scale test's files (`OXCD_SCALE_DIR`, default /tmp).

@@ -135,14 +135,19 @@ fn defrag_of_large_values() {
     let started = Instant::now();
     let cpu = cpu_time();
     let stats = store.defragment().unwrap();
-    eprintln!("defrag CPU {:?}", cpu_time() - cpu);
     eprintln!(
-        "defragmented {} MB to {} MB in {:?}: copy {:?}, swap {:?}",
+        "defragmented {} MB to {} MB in {:?}: copy {:?}, swap {:?}, CPU {:?}",
         stats.size_before / 1_000_000,
         stats.size_after / 1_000_000,
         started.elapsed(),
         stats.copy_time,
-        stats.swap_time
+        stats.swap_time,
+        cpu_time() - cpu
+    );
+    let in_use = store.db_size_in_use();
+    eprintln!(
+        "in use after it: {in_use} B, {} B counted by redb",
+        store.measure_size_in_use().unwrap()
     );
 }
 

@@ -89,8 +89,8 @@ async fn applied_up_to(applied: &mut watch::Receiver<u64>, index: u64) -> Result
 struct ReceivedRecords(mvcc::record_stream::RecordsBuilder);
 
 impl RecordReceiver for ReceivedRecords {
-    fn feed(&mut self, data: &[u8]) -> Result<(), String> {
-        self.0.feed(data).map_err(|e| e.to_string())
+    fn feed(&mut self, chunks: &[bytes::Bytes]) -> Result<(), String> {
+        self.0.feed_parts(chunks).map_err(|e| e.to_string())
     }
 
     fn finish(self: Box<Self>) -> Result<(), String> {

@@ -124,7 +124,7 @@ fn long_values_read_back_whole_from_every_copy_of_the_store() {
     let mut stream = Vec::new();
     store
         .write_records(&mut |piece| {
-            stream.extend_from_slice(&piece);
+            stream.extend_from_slice(piece);
             true
         })
         .unwrap();

@@ -31,7 +31,8 @@ use crate::backend::{self, backend_error, SideTable, KEY_TABLE, META_TABLE};
 use crate::parts::{ReadParts, Records};
 use crate::{MvccError, Store};
 
-/// Bytes handed to the writer's sink at a time.
+/// Bytes handed to the writer's sink at a time, at most (a record longer
+/// than that goes alone).
 pub const PIECE_BYTES: usize = 1 << 20;
 /// The end frame's tag.
 const END: u8 = 0xff;
@@ -68,8 +69,13 @@ fn gone() -> MvccError {
 }
 
 /// Frames written so far and the sink they go to in pieces.
+/// Frames records into pieces in one buffer, reused: a piece is handed to
+/// `out` and its bytes are not needed after. (A new buffer per piece, grown
+/// past its capacity by the frame that crossed [`PIECE_BYTES`], had the
+/// leader's reading thread spend half its time copying and faulting in
+/// fresh memory.)
 struct Encoder<'a> {
-    out: &'a mut dyn FnMut(Vec<u8>) -> bool,
+    out: &'a mut dyn FnMut(&[u8]) -> bool,
     buf: Vec<u8>,
     crc: u32,
     frames: u64,
@@ -77,22 +83,34 @@ struct Encoder<'a> {
 
 impl Encoder<'_> {
     fn frame(&mut self, tag: u8, key: &[u8], value: &[u8]) -> Result<(), MvccError> {
+        use prost::encoding::encoded_len_varint;
+        let len = 1
+            + encoded_len_varint(key.len() as u64)
+            + key.len()
+            + encoded_len_varint(value.len() as u64)
+            + value.len();
+        if !self.buf.is_empty() && self.buf.len() + len > PIECE_BYTES {
+            self.flush()?;
+        }
+        // grows only for a frame longer than a piece
+        self.buf.reserve(len);
         self.buf.push(tag);
         prost::encoding::encode_varint(key.len() as u64, &mut self.buf);
         self.buf.extend_from_slice(key);
         prost::encoding::encode_varint(value.len() as u64, &mut self.buf);
         self.buf.extend_from_slice(value);
         self.frames += 1;
-        if self.buf.len() >= PIECE_BYTES {
-            self.flush()?;
-        }
         Ok(())
     }
 
     fn flush(&mut self) -> Result<(), MvccError> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
         self.crc = crc32c::crc32c_append(self.crc, &self.buf);
-        let piece = std::mem::replace(&mut self.buf, Vec::with_capacity(PIECE_BYTES + 4096));
-        if (self.out)(piece) {
+        let taken = (self.out)(&self.buf);
+        self.buf.clear();
+        if taken {
             Ok(())
         } else {
             Err(gone())
@@ -144,7 +162,7 @@ impl Encoder<'_> {
         end.push(END);
         end.extend_from_slice(&self.frames.to_be_bytes());
         end.extend_from_slice(&self.crc.to_be_bytes());
-        if (self.out)(end) {
+        if (self.out)(&end) {
             Ok(())
         } else {
             Err(gone())
@@ -159,14 +177,14 @@ impl Store {
     /// consistent index the records hold. Applied-but-uncommitted changes
     /// are committed first, so the stream covers everything applied before
     /// the call, as [`Store::backup_to`]'s copy does.
-    pub fn write_records(&self, out: &mut dyn FnMut(Vec<u8>) -> bool) -> Result<u64, MvccError> {
+    pub fn write_records(&self, out: &mut dyn FnMut(&[u8]) -> bool) -> Result<u64, MvccError> {
         let _defrag = self.defrag_lock.lock();
         self.commit(false)?;
         let snapshot = self.db().begin_read().map_err(backend_error)?;
         let consistent_index = crate::snapshot::consistent_index_in(&snapshot)?;
         let mut encoder = Encoder {
             out,
-            buf: Vec::with_capacity(PIECE_BYTES + 4096),
+            buf: Vec::with_capacity(PIECE_BYTES),
             crc: 0,
             frames: 0,
         };
@@ -301,10 +319,20 @@ impl RecordsBuilder {
     /// Takes the next bytes of the stream; writes the whole frames they
     /// complete.
     pub fn feed(&mut self, data: &[u8]) -> Result<(), MvccError> {
+        self.feed_parts(&[data])
+    }
+
+    /// [`RecordsBuilder::feed`] of the parts one after the other, parsed
+    /// at once (a receiver hands the chunks it received as they came).
+    pub fn feed_parts(&mut self, parts: &[impl AsRef<[u8]>]) -> Result<(), MvccError> {
         if self.ended {
             return Err(damaged("bytes after its end"));
         }
-        self.buf.extend_from_slice(data);
+        let mut fed = 0;
+        for part in parts {
+            self.buf.extend_from_slice(part.as_ref());
+            fed += part.as_ref().len();
+        }
         let mut frames = Vec::new();
         let mut at = 0;
         loop {
@@ -342,7 +370,7 @@ impl RecordsBuilder {
         self.write(&frames)?;
         self.buf.drain(..at);
         let write = self.write.as_mut().expect("a builder's copy until finish");
-        if write.wrote(data.len()) {
+        if write.wrote(fed) {
             write.step()?;
         }
         Ok(())
@@ -494,7 +522,15 @@ mod tests {
         let index = store
             .write_records(&mut |piece| {
                 assert!(!piece.is_empty());
-                bytes.extend_from_slice(&piece);
+                // pieces fill up to PIECE_BYTES; a longer record goes
+                // alone: the 1 MiB values of one store (their keys and
+                // lengths past it), the 3 MiB one of another
+                assert!(
+                    piece.len() <= super::PIECE_BYTES + 64 || piece.len() > 3 << 20,
+                    "a piece of {} B",
+                    piece.len()
+                );
+                bytes.extend_from_slice(piece);
                 true
             })
             .unwrap();

@@ -168,7 +168,7 @@ fn record_stream_of_large_values() {
     let mut pieces = Vec::new();
     store
         .write_records(&mut |piece| {
-            pieces.push(piece);
+            pieces.push(piece.to_vec());
             true
         })
         .unwrap();

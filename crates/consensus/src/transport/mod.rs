@@ -119,11 +119,12 @@ pub trait SnapshotSource: Send + Sync {
 /// Writes a backend's record stream to the sink in pieces (the sink
 /// answers false to stop); the consistent index the stream holds.
 pub type RecordWriter =
-    Box<dyn FnOnce(&mut dyn FnMut(Vec<u8>) -> bool) -> Result<u64, String> + Send>;
+    Box<dyn FnOnce(&mut dyn FnMut(&[u8]) -> bool) -> Result<u64, String> + Send>;
 
 /// Turns a received record stream into a backend file, piece by piece.
 pub trait RecordReceiver: Send {
-    fn feed(&mut self, data: &[u8]) -> Result<(), String>;
+    /// The next bytes of the stream: the chunks received, in order.
+    fn feed(&mut self, chunks: &[bytes::Bytes]) -> Result<(), String>;
     /// The stream ended: the file is complete and durable, or refused.
     fn finish(self: Box<Self>) -> Result<(), String>;
 }

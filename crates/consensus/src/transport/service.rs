@@ -145,11 +145,20 @@ enum Kind {
 
 /// Where a snapshot stream's data goes, in blocks of
 /// [`super::snapshot::FILE_IO_BYTES`] (a write per 64 KiB chunk made
-/// receiving CPU-bound: each is a blocking-pool hop).
+/// receiving CPU-bound: each is a blocking-pool hop): a block is the
+/// chunks as received, copied into one buffer only for a file.
 enum Sink {
-    File(tokio::fs::File),
+    File {
+        file: tokio::fs::File,
+        /// The block's bytes, in one buffer (reused).
+        joined: Vec<u8>,
+    },
     Records {
-        pieces: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
+        /// To the builder's thread, which feeds the chunks to it without
+        /// joining them first. (Joining them here, into a new buffer per
+        /// block, had the receiving thread fault in fresh memory for most
+        /// of its time.)
+        pieces: Option<tokio::sync::mpsc::Sender<Vec<bytes::Bytes>>>,
         /// Builds the file; the time its final commit took. Taken by
         /// [`Sink::end`].
         builder: Option<tokio::task::JoinHandle<Result<Duration, String>>>,
@@ -173,7 +182,10 @@ impl Sink {
                     .open(partial)
                     .await
                     .map_err(io_status)?;
-                Ok(Sink::File(file))
+                Ok(Sink::File {
+                    file,
+                    joined: Vec::with_capacity(super::snapshot::FILE_IO_BYTES),
+                })
             }
             Kind::Records => {
                 let Some((_, source)) = service.transport.snapshots.get() else {
@@ -181,7 +193,7 @@ impl Sink {
                 };
                 let source = source.clone();
                 let partial = partial.to_path_buf();
-                let (pieces, mut received) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
+                let (pieces, mut received) = tokio::sync::mpsc::channel::<Vec<bytes::Bytes>>(4);
                 let builder = tokio::task::spawn_blocking(move || {
                     let mut receiver = source.records_receiver(&partial)?;
                     while let Some(piece) = received.blocking_recv() {
@@ -199,9 +211,15 @@ impl Sink {
         }
     }
 
-    async fn write(&mut self, block: Vec<u8>) -> Result<(), Status> {
+    async fn write(&mut self, block: Vec<bytes::Bytes>) -> Result<(), Status> {
         match self {
-            Sink::File(file) => file.write_all(&block).await.map_err(io_status),
+            Sink::File { file, joined } => {
+                joined.clear();
+                for chunk in &block {
+                    joined.extend_from_slice(chunk);
+                }
+                file.write_all(joined).await.map_err(io_status)
+            }
             Sink::Records { pieces, .. } => {
                 let sent = match pieces {
                     Some(pieces) => pieces.send(block).await.is_ok(),
@@ -224,7 +242,7 @@ impl Sink {
     /// builder's verdict; the time of the final fsync or commit.
     async fn end(&mut self) -> Result<Duration, Status> {
         match self {
-            Sink::File(file) => {
+            Sink::File { file, .. } => {
                 let syncing = std::time::Instant::now();
                 file.sync_all().await.map_err(io_status)?;
                 Ok(syncing.elapsed())
@@ -287,23 +305,24 @@ impl PeerService {
         let mut received = 0u64;
         let streamed = async {
             let mut last = first.last;
-            let mut pending = Vec::with_capacity(super::snapshot::FILE_IO_BYTES);
+            let mut block = Vec::new();
+            let mut block_bytes = 0;
             while !last {
                 let chunk = next_chunk(&mut stream)
                     .await?
                     .ok_or_else(|| Status::aborted("snapshot stream ended early"))?;
-                pending.extend_from_slice(&chunk.data);
-                if pending.len() >= super::snapshot::FILE_IO_BYTES {
-                    let block = std::mem::replace(
-                        &mut pending,
-                        Vec::with_capacity(super::snapshot::FILE_IO_BYTES),
-                    );
-                    sink.write(block).await?;
-                }
                 received += chunk.data.len() as u64;
                 last = chunk.last;
+                if !chunk.data.is_empty() {
+                    block_bytes += chunk.data.len();
+                    block.push(chunk.data);
+                }
+                if block_bytes >= super::snapshot::FILE_IO_BYTES {
+                    sink.write(std::mem::take(&mut block)).await?;
+                    block_bytes = 0;
+                }
             }
-            sink.write(pending).await
+            sink.write(block).await
         }
         .await;
         if let Err(e) = streamed {

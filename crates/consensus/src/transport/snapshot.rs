@@ -117,7 +117,7 @@ impl SnapshotJob {
         let write = tokio::task::spawn_blocking(move || {
             let mut sent = 0u64;
             let mut failed = None;
-            let written = writer(&mut |piece| match send_piece(&piece, &chunks) {
+            let written = writer(&mut |piece| match send_piece(piece, &chunks) {
                 Ok(()) => {
                     sent += piece.len() as u64;
                     true

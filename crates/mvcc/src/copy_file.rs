@@ -61,14 +61,14 @@ struct Shared {
     /// The same open file as `locks`' (a second descriptor).
     file: File,
     /// Set by [`Combining::pass_through`]: writes go straight to the file.
-    direct: AtomicBool,
+    passing_through: AtomicBool,
     waiting: Mutex<Waiting>,
 }
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Shared")
-            .field("direct", &self.direct.load(Ordering::Relaxed))
+            .field("passing_through", &self.passing_through.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -250,7 +250,7 @@ pub(crate) fn on(file: File) -> io::Result<(CombiningFile, Combining)> {
     let locks = FileBackend::new(file).map_err(io::Error::other)?;
     let shared = Arc::new(Shared {
         file: own,
-        direct: AtomicBool::new(false),
+        passing_through: AtomicBool::new(false),
         waiting: Mutex::new(Waiting::default()),
     });
     Ok((
@@ -267,7 +267,7 @@ impl Combining {
     /// (through the page cache).
     pub(crate) fn pass_through(&self) -> io::Result<()> {
         let mut waiting = self.0.waiting.lock();
-        self.0.direct.store(true, Ordering::Release);
+        self.0.passing_through.store(true, Ordering::Release);
         let written = waiting.write_out(&self.0.file);
         waiting.end_gathering();
         written
@@ -282,14 +282,14 @@ impl Combining {
 impl StorageBackend for CombiningFile {
     fn len(&self) -> Result<u64, io::Error> {
         let len = self.shared.file.metadata()?.len();
-        if self.shared.direct.load(Ordering::Acquire) {
+        if self.shared.passing_through.load(Ordering::Acquire) {
             return Ok(len);
         }
         Ok(len.max(self.shared.waiting.lock().end()))
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
-        if !self.shared.direct.load(Ordering::Acquire) {
+        if !self.shared.passing_through.load(Ordering::Acquire) {
             let waiting = self.shared.waiting.lock();
             if waiting.meeting(offset, out.len() as u64).next().is_some() {
                 // under the lock: the waiting pages cannot go out between.
@@ -306,7 +306,7 @@ impl StorageBackend for CombiningFile {
     }
 
     fn set_len(&self, len: u64) -> Result<(), io::Error> {
-        if !self.shared.direct.load(Ordering::Acquire) {
+        if !self.shared.passing_through.load(Ordering::Acquire) {
             let mut waiting = self.shared.waiting.lock();
             if waiting.end() > len {
                 waiting.write_out(&self.shared.file)?;
@@ -317,17 +317,17 @@ impl StorageBackend for CombiningFile {
     }
 
     fn sync_data(&self) -> Result<(), io::Error> {
-        if !self.shared.direct.load(Ordering::Acquire) {
+        if !self.shared.passing_through.load(Ordering::Acquire) {
             self.shared.waiting.lock().write_out(&self.shared.file)?;
         }
         self.shared.file.sync_data()
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
-        if !self.shared.direct.load(Ordering::Acquire) {
+        if !self.shared.passing_through.load(Ordering::Acquire) {
             let mut waiting = self.shared.waiting.lock();
             // checked again under the lock: a pass_through under way
-            if !self.shared.direct.load(Ordering::Acquire) {
+            if !self.shared.passing_through.load(Ordering::Acquire) {
                 if !gathers(offset, data) {
                     if waiting.meeting(offset, data.len() as u64).next().is_some() {
                         waiting.write_out(&self.shared.file)?;
@@ -345,7 +345,7 @@ impl StorageBackend for CombiningFile {
     }
 
     fn close(&self) -> Result<(), io::Error> {
-        let written = if self.shared.direct.load(Ordering::Acquire) {
+        let written = if self.shared.passing_through.load(Ordering::Acquire) {
             Ok(())
         } else {
             self.shared.waiting.lock().write_out(&self.shared.file)

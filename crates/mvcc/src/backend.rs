@@ -630,6 +630,15 @@ pub(crate) fn size_in_use(txn: &redb::WriteTransaction) -> Result<i64, MvccError
         .map_err(backend_error)
 }
 
+/// Bytes of allocated pages in `db`, counted in a write transaction that
+/// is then aborted (it waits for any other writer of `db`).
+pub(crate) fn count_in_use(db: &Database) -> Result<i64, MvccError> {
+    let txn = db.begin_write().map_err(backend_error)?;
+    let in_use = size_in_use(&txn)?;
+    txn.abort().map_err(backend_error)?;
+    Ok(in_use)
+}
+
 /// Every record of a side table in the file.
 pub(crate) fn load_side(
     db: &Database,

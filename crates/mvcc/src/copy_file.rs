@@ -36,7 +36,7 @@ use redb::backends::FileBackend;
 use redb::{BackendError, StorageBackend};
 
 /// Bytes that wait at most before they are written.
-pub(crate) const COMBINE_BYTES: usize = 16 << 20;
+const COMBINE_BYTES: usize = 16 << 20;
 
 /// What gathers: whole pages of this size at offsets that are multiples
 /// of it (redb's pages: the smallest is 4 KiB, the others multiples of
@@ -68,7 +68,10 @@ struct Shared {
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Shared")
-            .field("passing_through", &self.passing_through.load(Ordering::Relaxed))
+            .field(
+                "passing_through",
+                &self.passing_through.load(Ordering::Relaxed),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -311,7 +314,6 @@ impl StorageBackend for CombiningFile {
             if waiting.end() > len {
                 waiting.write_out(&self.shared.file)?;
             }
-            return self.shared.file.set_len(len);
         }
         self.shared.file.set_len(len)
     }

@@ -148,9 +148,7 @@ impl Store {
     /// the file's size until the next commit.
     pub fn measure_size_in_use(&self) -> Result<i64, MvccError> {
         let _writer = self.writer.lock();
-        let txn = self.db().begin_write().map_err(backend_error)?;
-        let in_use = crate::backend::size_in_use(&txn)?;
-        txn.abort().map_err(backend_error)?;
+        let in_use = crate::backend::count_in_use(&self.db())?;
         self.size_in_use.store(in_use, Ordering::Relaxed);
         Ok(in_use)
     }
@@ -175,12 +173,7 @@ impl Store {
         // while commits are deferred.
         let in_use = match crate::store::stored_size(tmp) {
             Some((_, stored)) => stored,
-            None => {
-                let stats = copy.begin_write().map_err(backend_error)?;
-                let in_use = crate::backend::size_in_use(&stats)?;
-                stats.abort().map_err(backend_error)?;
-                in_use
-            }
+            None => crate::backend::count_in_use(&copy)?,
         };
         self.size_in_use.store(in_use, Ordering::Relaxed);
         Ok(copy)

@@ -41,7 +41,10 @@ pub(crate) const INDEX_TABLE: TableDefinition<u64, &[u8]> =
     TableDefinition::new("oxcd_index_checkpoint");
 
 const HEADER_KEY: u64 = 0;
-const CHECKPOINT_FORMAT: u32 = 1;
+/// 2: keys after the prefix they share with the key before them; 1: whole
+/// keys (read still).
+const CHECKPOINT_FORMAT: u32 = 2;
+const WHOLE_KEYS_FORMAT: u32 = 1;
 const HEADER_LEN: usize = 4 + 8 + 8 + 8 + 8 + 4;
 /// A chunk and its leaf's own bytes fit a 1 MiB page.
 const CHUNK_BYTES: usize = 1024 * 1024 - 4096;
@@ -49,6 +52,7 @@ const CHUNK_BYTES: usize = 1024 * 1024 - 4096;
 /// What a checkpoint describes.
 #[derive(Debug, PartialEq, Eq)]
 struct Header {
+    format: u32,
     consistent_index: u64,
     current_revision: i64,
     compact_revision: i64,
@@ -59,7 +63,7 @@ struct Header {
 impl Header {
     fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER_LEN);
-        out.extend_from_slice(&CHECKPOINT_FORMAT.to_be_bytes());
+        out.extend_from_slice(&self.format.to_be_bytes());
         out.extend_from_slice(&self.consistent_index.to_be_bytes());
         out.extend_from_slice(&self.current_revision.to_be_bytes());
         out.extend_from_slice(&self.compact_revision.to_be_bytes());
@@ -74,10 +78,11 @@ impl Header {
         }
         let u64_at = |at: usize| u64::from_be_bytes(bytes[at..at + 8].try_into().unwrap());
         let format = u32::from_be_bytes(bytes[0..4].try_into().unwrap());
-        if format != CHECKPOINT_FORMAT {
+        if format != CHECKPOINT_FORMAT && format != WHOLE_KEYS_FORMAT {
             return Err(format!("checkpoint format {format}"));
         }
         Ok(Header {
+            format,
             consistent_index: u64_at(4),
             current_revision: u64_at(12) as i64,
             compact_revision: u64_at(20) as i64,
@@ -128,29 +133,75 @@ pub(crate) fn write_in(
     current_revision: i64,
     compact_revision: i64,
 ) -> Result<u64, MvccError> {
-    let mut body = Vec::new();
-    tree.encode(&mut body);
-    put_varint(&mut body, leased.len() as u64);
+    let mut body = Body {
+        table: txn.open_table(INDEX_TABLE).map_err(backend_error)?,
+        chunk: Vec::with_capacity(CHUNK_BYTES),
+        chunks: 0,
+        len: 0,
+        crc: 0,
+    };
+    tree.encode(&mut |bytes| body.write(bytes))?;
+    let mut tail = Vec::new();
+    put_varint(&mut tail, leased.len() as u64);
     for (key, lease) in leased {
-        put_varint(&mut body, key.len() as u64);
-        body.extend_from_slice(key);
-        put_signed(&mut body, *lease);
+        put_varint(&mut tail, key.len() as u64);
+        tail.extend_from_slice(key);
+        put_signed(&mut tail, *lease);
     }
+    body.write(&tail)?;
+    body.flush()?;
     let header = Header {
+        format: CHECKPOINT_FORMAT,
         consistent_index,
         current_revision,
         compact_revision,
-        body_len: body.len() as u64,
-        body_crc: crc32c::crc32c(&body),
+        body_len: body.len,
+        body_crc: body.crc,
     };
-    let mut table = txn.open_table(INDEX_TABLE).map_err(backend_error)?;
-    for (i, chunk) in body.chunks(CHUNK_BYTES).enumerate() {
-        table.insert(i as u64 + 1, chunk).map_err(backend_error)?;
-    }
-    table
+    body.table
         .insert(HEADER_KEY, header.encode().as_slice())
         .map_err(backend_error)?;
     Ok(header.body_len)
+}
+
+/// A checkpoint's body on its way into the table: whole chunks as it
+/// grows, its length and CRC-32C as it goes.
+struct Body<'txn> {
+    table: redb::Table<'txn, u64, &'static [u8]>,
+    /// The chunk being filled, written once it holds `CHUNK_BYTES`.
+    chunk: Vec<u8>,
+    chunks: u64,
+    len: u64,
+    crc: u32,
+}
+
+impl Body<'_> {
+    fn write(&mut self, mut bytes: &[u8]) -> Result<(), MvccError> {
+        self.len += bytes.len() as u64;
+        self.crc = crc32c::crc32c_append(self.crc, bytes);
+        while !bytes.is_empty() {
+            let take = bytes.len().min(CHUNK_BYTES - self.chunk.len());
+            self.chunk.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+            if self.chunk.len() == CHUNK_BYTES {
+                self.flush()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the chunk filled so far, if any.
+    fn flush(&mut self) -> Result<(), MvccError> {
+        if self.chunk.is_empty() {
+            return Ok(());
+        }
+        self.chunks += 1;
+        self.table
+            .insert(self.chunks, self.chunk.as_slice())
+            .map_err(backend_error)?;
+        self.chunk.clear();
+        Ok(())
+    }
 }
 
 /// What the checkpoint of the file at `path` holds, when it has a usable
@@ -212,7 +263,8 @@ pub(crate) fn load(path: &std::path::Path) -> Result<Option<Loaded>, MvccError> 
         return refused("its checksum does not match".into());
     }
     let mut reader = Reader::new(&body);
-    let decoded = KeyIndexTree::decode(&mut reader).and_then(|index| {
+    let whole_keys = header.format == WHOLE_KEYS_FORMAT;
+    let decoded = KeyIndexTree::decode(&mut reader, whole_keys).and_then(|index| {
         let n = reader.count()?;
         let mut leased = Vec::with_capacity(n);
         for _ in 0..n {
@@ -292,9 +344,10 @@ mod tests {
     use bytes::Bytes;
     use redb::{ReadableDatabase, ReadableTable};
 
-    use super::INDEX_TABLE;
+    use super::{Header, CHECKPOINT_FORMAT, HEADER_KEY, INDEX_TABLE, WHOLE_KEYS_FORMAT};
     use crate::backend;
     use crate::compaction::CompactionBatches;
+    use crate::key_index::{put_signed, put_varint};
     use crate::test_util::{delete_range_at, put_at};
     use crate::Store;
 
@@ -498,9 +551,91 @@ mod tests {
         fn any_bytes_decode_or_are_refused_without_panicking(
             bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)
         ) {
-            let _ = crate::key_index::KeyIndexTree::decode(
-                &mut crate::key_index::Reader::new(&bytes),
-            );
+            for whole_keys in [false, true] {
+                let _ = crate::key_index::KeyIndexTree::decode(
+                    &mut crate::key_index::Reader::new(&bytes),
+                    whole_keys,
+                );
+            }
         }
+    }
+
+    #[test]
+    fn a_checkpoint_of_whole_keys_from_an_earlier_build_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let store = Store::open(&path).unwrap();
+        history(&store);
+        let leased = leased(&store);
+        store.close(&leased).unwrap();
+        // the body format 1 wrote: whole keys, then the leased keys
+        let mut body = store.state.read().tree.encode_whole_keys();
+        put_varint(&mut body, leased.len() as u64);
+        for (key, lease) in &leased {
+            put_varint(&mut body, key.len() as u64);
+            body.extend_from_slice(key);
+            put_signed(&mut body, *lease);
+        }
+        drop(store);
+        let expected = scanned(&path);
+
+        let db = backend::builder().create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut table = txn.open_table(INDEX_TABLE).unwrap();
+            let header = table.get(HEADER_KEY).unwrap().unwrap().value().to_vec();
+            let header = Header::decode(&header).unwrap();
+            assert_eq!(header.format, CHECKPOINT_FORMAT);
+            table.retain(|_, _| false).unwrap();
+            let whole = Header {
+                format: WHOLE_KEYS_FORMAT,
+                body_len: body.len() as u64,
+                body_crc: crc32c::crc32c(&body),
+                ..header
+            };
+            table.insert(HEADER_KEY, whole.encode().as_slice()).unwrap();
+            table.insert(1, body.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+        drop(db);
+
+        let loaded = super::load(&path).unwrap().expect("a usable checkpoint");
+        assert_eq!(loaded.leased_keys.len(), 21);
+        assert_eq!(described(loaded), expected);
+    }
+
+    #[test]
+    fn a_large_index_is_encoded_on_two_threads_and_read_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let store = Store::open(&path).unwrap();
+        let mut index = history(&store);
+        // past PARALLEL_ENCODE_KEYS, in shapes of each kind
+        for batch in 0..120 {
+            let mut txn = store.write(index);
+            for i in 0..1_000 {
+                // 110,000 keys, the first 10,000 written twice
+                let key = format!("bulk/{:03}/{i:04}", batch % 110);
+                txn.put(&api::etcdserverpb::PutRequest {
+                    key: key.into(),
+                    value: Bytes::from_static(b"v"),
+                    ..Default::default()
+                })
+                .unwrap();
+            }
+            txn.end();
+            index += 1;
+        }
+        store.commit(true).unwrap();
+        let keys = store.index_len();
+        assert!(keys >= 100_000, "{keys} keys");
+        store.close(&leased(&store)).unwrap();
+        // freed on a thread of its own, past 100,000 keys
+        drop(store);
+
+        let expected = scanned(&path);
+        let loaded = super::load(&path).unwrap().expect("a usable checkpoint");
+        assert_eq!(loaded.index.len(), keys);
+        assert_eq!(described(loaded), expected);
     }
 }

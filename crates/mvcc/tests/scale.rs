@@ -151,6 +151,31 @@ fn defrag_of_large_values() {
     );
 }
 
+/// The close of a member's store of large values (`OXCD_SCALE_MIB` MiB of
+/// values, default 512, `OXCD_SCALE_VALUE` B each, default 8,192, every key
+/// written twice, as `bench/large-db.sh` stops it): its last commit and key
+/// index checkpoint, then the file's close, timed apart.
+#[test]
+#[ignore]
+fn close_of_large_values() {
+    let value_size = env_or("OXCD_SCALE_VALUE", 8192);
+    let mib = env_or("OXCD_SCALE_MIB", 512);
+    let keys = mib * 1024 * 1024 / value_size / 2;
+    let dir = scale_dir();
+    let store = Store::open(&dir.path().join("db")).unwrap();
+    fill(&store, keys, value_size, 2);
+    let started = Instant::now();
+    let cpu = cpu_time();
+    store.close(&[]).unwrap();
+    let closed = started.elapsed();
+    drop(store);
+    eprintln!(
+        "closed {keys} keys: checkpoint in {closed:?}, file closed in {:?}, CPU {:?}",
+        started.elapsed() - closed,
+        cpu_time() - cpu
+    );
+}
+
 /// A raft snapshot's record stream of a store of large values
 /// (`OXCD_SCALE_MIB` MiB, default 512, 8,192 B each): the leader's side
 /// (reading and framing) and the follower's (building the file), timed

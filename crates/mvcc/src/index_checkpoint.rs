@@ -141,14 +141,7 @@ pub(crate) fn write_in(
         crc: 0,
     };
     tree.encode(&mut |bytes| body.write(bytes))?;
-    let mut tail = Vec::new();
-    put_varint(&mut tail, leased.len() as u64);
-    for (key, lease) in leased {
-        put_varint(&mut tail, key.len() as u64);
-        tail.extend_from_slice(key);
-        put_signed(&mut tail, *lease);
-    }
-    body.write(&tail)?;
+    body.write(&encode_leased(leased))?;
     body.flush()?;
     let header = Header {
         format: CHECKPOINT_FORMAT,
@@ -162,6 +155,18 @@ pub(crate) fn write_in(
         .insert(HEADER_KEY, header.encode().as_slice())
         .map_err(backend_error)?;
     Ok(header.body_len)
+}
+
+/// The body's tail: the leased keys (count, then key and lease per key).
+fn encode_leased(leased: &[(Bytes, i64)]) -> Vec<u8> {
+    let mut tail = Vec::new();
+    put_varint(&mut tail, leased.len() as u64);
+    for (key, lease) in leased {
+        put_varint(&mut tail, key.len() as u64);
+        tail.extend_from_slice(key);
+        put_signed(&mut tail, *lease);
+    }
+    tail
 }
 
 /// A checkpoint's body on its way into the table: whole chunks as it
@@ -347,7 +352,6 @@ mod tests {
     use super::{Header, CHECKPOINT_FORMAT, HEADER_KEY, INDEX_TABLE, WHOLE_KEYS_FORMAT};
     use crate::backend;
     use crate::compaction::CompactionBatches;
-    use crate::key_index::{put_signed, put_varint};
     use crate::test_util::{delete_range_at, put_at};
     use crate::Store;
 
@@ -570,12 +574,7 @@ mod tests {
         store.close(&leased).unwrap();
         // the body format 1 wrote: whole keys, then the leased keys
         let mut body = store.state.read().tree.encode_whole_keys();
-        put_varint(&mut body, leased.len() as u64);
-        for (key, lease) in &leased {
-            put_varint(&mut body, key.len() as u64);
-            body.extend_from_slice(key);
-            put_signed(&mut body, *lease);
-        }
+        body.extend_from_slice(&super::encode_leased(&leased));
         drop(store);
         let expected = scanned(&path);
 
@@ -609,10 +608,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db");
         let store = Store::open(&path).unwrap();
-        let mut index = history(&store);
+        let first = history(&store);
         // past PARALLEL_ENCODE_KEYS, in shapes of each kind
-        for batch in 0..120 {
-            let mut txn = store.write(index);
+        for batch in 0..120u64 {
+            let mut txn = store.write(first + batch);
             for i in 0..1_000 {
                 // 110,000 keys, the first 10,000 written twice
                 let key = format!("bulk/{:03}/{i:04}", batch % 110);
@@ -624,7 +623,6 @@ mod tests {
                 .unwrap();
             }
             txn.end();
-            index += 1;
         }
         store.commit(true).unwrap();
         let keys = store.index_len();

@@ -50,6 +50,10 @@ pub async fn accept_until_stop(
     }
 }
 
+/// The largest HTTP/2 frame a peer may send us: a snapshot chunk's message
+/// in one DATA frame rather than five of h2's default 16 KiB.
+const PEER_MAX_FRAME_BYTES: u32 = (super::snapshot::SNAPSHOT_CHUNK_BYTES + 1024) as u32;
+
 /// Serves the peer port on `listener` until `shutdown`: raft links and the
 /// peer gRPC service, plus `extra` services (their own message limits
 /// should not exceed [`super::MAX_PEER_RPC_BYTES`]).
@@ -105,6 +109,7 @@ pub async fn serve_peer_listener(
     let peer = PeerService::server(transport, raft, snap_dir);
     let result = tonic::transport::Server::builder()
         .max_concurrent_streams(MAX_PEER_STREAMS_PER_CONNECTION)
+        .max_frame_size(Some(PEER_MAX_FRAME_BYTES))
         .add_routes(extra)
         .add_service(peer)
         .serve_with_incoming_shutdown(incoming, async move {

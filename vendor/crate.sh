@@ -1,59 +1,77 @@
 #!/usr/bin/env bash
-# The vendored h2 is crates.io's h2 with vendor/h2.patch applied, nothing
-# else (why: vendor/h2.md). This script makes and checks that tree.
+# A vendored crate is crates.io's crate with vendor/NAME.patch applied,
+# nothing else (why, for each: vendor/NAME.md). This script makes and
+# checks that tree.
 #
-#   vendor/h2.sh check           vendor/h2 is exactly h2 <the version in its
-#                                Cargo.toml> + vendor/h2.patch (CI runs this)
-#   vendor/h2.sh update VERSION  replace vendor/h2 with h2 VERSION + the patch
-#                                (then `cargo update -p h2`, build, test)
+#   vendor/crate.sh check NAME           vendor/NAME is exactly NAME <the
+#                                        version in its Cargo.toml> +
+#                                        vendor/NAME.patch (CI runs this for
+#                                        every vendored crate)
+#   vendor/crate.sh update NAME VERSION  replace vendor/NAME with NAME
+#                                        VERSION + the patch (then `cargo
+#                                        update -p NAME`, build, test)
 #
 # The crate comes from static.crates.io and is checked against the sha256
 # that crates.io's index records for it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-patch_file=$here/h2.patch
 
-# fetch VERSION DIR: the pristine crate, verified, patched, in DIR/h2
+# index_path NAME: the crate's file in crates.io's sparse index
+index_path() {
+  local name=$1
+  case ${#name} in
+    1) echo "1/$name" ;;
+    2) echo "2/$name" ;;
+    3) echo "3/${name:0:1}/$name" ;;
+    *) echo "${name:0:2}/${name:2:2}/$name" ;;
+  esac
+}
+
+# fetch NAME VERSION DIR: the pristine crate, verified, patched, in DIR/NAME
 fetch() {
-  local version=$1 dir=$2
+  local name=$1 version=$2 dir=$3
   local want got
-  want=$(curl -sSf https://index.crates.io/2/h2 | python3 -c '
+  want=$(curl -sSf "https://index.crates.io/$(index_path "$name")" | python3 -c '
 import json, sys
 for line in sys.stdin:
     v = json.loads(line)
     if v["vers"] == sys.argv[1]:
         print(v["cksum"])' "$version")
-  [ -n "$want" ] || { echo "h2.sh: crates.io has no h2 $version" >&2; exit 1; }
-  curl -sSfL -o "$dir/h2.crate" "https://static.crates.io/crates/h2/h2-$version.crate"
-  got=$(sha256sum "$dir/h2.crate" | cut -d' ' -f1)
-  [ "$got" = "$want" ] || { echo "h2.sh: h2 $version: sha256 $got, the index says $want" >&2; exit 1; }
-  tar -xzf "$dir/h2.crate" -C "$dir"
-  mv "$dir/h2-$version" "$dir/h2"
-  # The crate's own lock file: its .gitignore keeps it out of git, and cargo
-  # ignores it for a dependency.
-  rm -f "$dir/h2/Cargo.lock"
-  (cd "$dir/h2" && patch -s -p1 --no-backup-if-mismatch <"$patch_file")
+  [ -n "$want" ] || { echo "crate.sh: crates.io has no $name $version" >&2; exit 1; }
+  curl -sSfL -o "$dir/$name.crate" "https://static.crates.io/crates/$name/$name-$version.crate"
+  got=$(sha256sum "$dir/$name.crate" | cut -d' ' -f1)
+  [ "$got" = "$want" ] || { echo "crate.sh: $name $version: sha256 $got, the index says $want" >&2; exit 1; }
+  tar -xzf "$dir/$name.crate" -C "$dir"
+  mv "$dir/$name-$version" "$dir/$name"
+  # The crate's own lock file: the .gitignore keeps it out of git, and
+  # cargo ignores it for a dependency.
+  rm -f "$dir/$name/Cargo.lock"
+  (cd "$dir/$name" && patch -s -p1 --no-backup-if-mismatch <"$here/$name.patch")
 }
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 2; }
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+name=${2:-}
+[ -n "$name" ] && [ -f "$here/$name.patch" ] || usage
 case "${1:-}" in
   check)
-    version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$here/h2/Cargo.toml" | head -n 1)
-    fetch "$version" "$work"
-    if ! diff -r "$work/h2" "$here/h2" >"$work/diff"; then
-      echo "h2.sh: vendor/h2 is not h2 $version + vendor/h2.patch:" >&2
+    version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$here/$name/Cargo.toml" | head -n 1)
+    fetch "$name" "$version" "$work"
+    if ! diff -r "$work/$name" "$here/$name" >"$work/diff"; then
+      echo "crate.sh: vendor/$name is not $name $version + vendor/$name.patch:" >&2
       head -n 40 "$work/diff" >&2
       exit 1
     fi
-    echo "vendor/h2 is h2 $version + vendor/h2.patch"
+    echo "vendor/$name is $name $version + vendor/$name.patch"
     ;;
   update)
-    version=${2:?usage: vendor/h2.sh update VERSION}
-    fetch "$version" "$work"
-    rm -rf "$here/h2"
-    mv "$work/h2" "$here/h2"
-    echo "vendor/h2 is now h2 $version + vendor/h2.patch; run cargo update -p h2"
+    version=${3:?usage: vendor/crate.sh update NAME VERSION}
+    fetch "$name" "$version" "$work"
+    rm -rf "${here:?}/$name"
+    mv "$work/$name" "$here/$name"
+    echo "vendor/$name is now $name $version + vendor/$name.patch; run cargo update -p $name"
     ;;
-  *) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 2 ;;
+  *) usage ;;
 esac

@@ -411,13 +411,7 @@ mod tests {
 
     /// The process's resident bytes.
     fn rss() -> u64 {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap();
-        let kb: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap();
-        kb * 1024
+        testkit::vm_rss("self")
     }
 
     /// Memory freed while nothing else frees or allocates goes back to

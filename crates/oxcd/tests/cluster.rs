@@ -760,13 +760,7 @@ async fn member_id(cluster: &Cluster, i: usize) -> u64 {
 /// Resident memory of member `i`, in bytes.
 fn rss(cluster: &Cluster, i: usize) -> u64 {
     let pid = cluster.members[i].as_ref().unwrap().pid();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kb * 1024
+    testkit::vm_rss(&pid.to_string())
 }
 
 /// The probe that took a member from 19 MB to 2.5 GB in 8 s: 40 raft

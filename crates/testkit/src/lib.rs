@@ -23,6 +23,18 @@ use std::time::{Duration, Instant};
 /// How long a member may take to become ready before a test fails.
 pub const START_DEADLINE: Duration = Duration::from_secs(60);
 
+/// The resident memory (VmRSS) of process `pid` (`"self"` for this one), in
+/// bytes.
+pub fn vm_rss(pid: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
 #[derive(Default)]
 struct LogState {
     lines: Vec<String>,

@@ -409,25 +409,20 @@ mod tests {
         freed_memory_goes_back_to_the_kernel_while_idle();
     }
 
-    /// The process's resident bytes.
-    fn rss() -> u64 {
-        testkit::vm_rss("self")
-    }
-
     /// Memory freed while nothing else frees or allocates goes back to
     /// the kernel: the purge thread lets mimalloc purge it once due.
     fn freed_memory_goes_back_to_the_kernel_while_idle() {
         const BLOCK: usize = 64 * 1024;
         const BLOCKS: usize = 4096; // 256 MiB
         let blocks: Vec<Vec<u8>> = (0..BLOCKS).map(|i| vec![i as u8 | 1; BLOCK]).collect();
-        let held = rss();
+        let held = testkit::vm_rss("self");
         assert!(held > (BLOCK * BLOCKS) as u64, "{held} B resident");
         drop(blocks);
         // (other tests of this binary may run meanwhile: a drop of most
         // of the 256 MiB is the sign)
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         loop {
-            let now = rss();
+            let now = testkit::vm_rss("self");
             if now + (BLOCK * BLOCKS) as u64 * 3 / 4 < held {
                 break;
             }

@@ -203,6 +203,8 @@ mod key_index_memory_tests;
 #[cfg(test)]
 mod parts_tests;
 #[cfg(test)]
+mod redb_patch_tests;
+#[cfg(test)]
 mod test_util;
 #[cfg(test)]
 mod tests;

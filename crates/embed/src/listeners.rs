@@ -486,6 +486,13 @@ fn client_routes(
         .add_service(limits!(AuthServer::new(AuthService::new(server.clone()))))
         .clone()
         .routes();
+    // Maintenance.Snapshot's chunks reach the socket without tonic's copy
+    // (v3rpc::snapshot_stream): the path goes to its own route, the rest of
+    // Maintenance to tonic's.
+    let grpc = tonic::service::Routes::from(grpc.into_axum_router().route_service(
+        v3rpc::snapshot_stream::SNAPSHOT_PATH,
+        v3rpc::snapshot_stream::SnapshotRoute::new(server.clone()),
+    ));
     let grpc = match request_tracing {
         Some(layer) => tonic::service::Routes::from(grpc.into_axum_router().route_layer(layer)),
         None => grpc,

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use testkit::http;
+use testkit::http::sample;
 use testkit::{Cluster, Process};
 
 /// Elections here: 100 ms heartbeats, 1 s election timeout (etcd's defaults).
@@ -17,12 +18,6 @@ fn metrics(endpoint: &str) -> String {
     let response = http::get(endpoint, "/metrics").expect("GET /metrics");
     assert_eq!(response.status, 200, "{}", response.body);
     response.body
-}
-
-/// The value of the sample `series` (name plus labels, exactly as printed).
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
 const REQUIRED_METRICS: &[&str] = &[

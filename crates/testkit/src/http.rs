@@ -126,6 +126,13 @@ pub fn request(
     })
 }
 
+/// The value of the sample `series` (name plus labels, exactly as printed)
+/// in a Prometheus text page such as /metrics.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
 pub fn get(endpoint: &str, path: &str) -> std::io::Result<Response> {
     request(endpoint, "GET", path, None)
 }

@@ -1,11 +1,19 @@
 //! Backend snapshots for a follower too far behind: streamed out of band
 //! over the `Peer.Snapshot` RPC in chunks, never inside a raft message.
+//!
+//! A record stream (`Peer.SnapshotRecords`) is not sent through tonic's
+//! client: the writer's thread frames each chunk as gRPC does, a few bytes
+//! of prefix and field key, then the chunk's data as it is ([`framed`]),
+//! and [`call_framed`] posts them over the channel as the request's body.
+//! tonic's encoder copied every chunk into its buffer once more on the
+//! runtime's thread. The receiver is tonic's server, as before.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use api::oxcdpeerpb::peer_client::PeerClient;
-use api::oxcdpeerpb::SnapshotChunk;
+use api::oxcdpeerpb::{SnapshotChunk, StreamAck};
+use bytes::Bytes;
 use protobuf::Message as _;
 use raft::eraftpb::{self};
 use tokio::sync::mpsc;
@@ -107,13 +115,16 @@ impl SnapshotJob {
         let index = msg.get_snapshot().get_metadata().index;
         let writer = self.source.backend_records(index).await?;
         let channel = super::channel(&self.url, CONNECT_TIMEOUT, self.tls.as_ref()).await?;
-        let mut client = PeerClient::new(channel).max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
-        let (chunks, wire) = mpsc::channel::<SnapshotChunk>(SEND_QUEUE_CHUNKS);
-        let call =
-            tokio::spawn(async move { client.snapshot_records(ReceiverStream::new(wire)).await });
-        if chunks.send(self.header(msg)?).await.is_err() {
-            return Err(Sent::of(call.await));
+        // a chunk is two pieces: its prefix and key, its data
+        let (pieces, wire) = mpsc::channel::<Bytes>(2 * SEND_QUEUE_CHUNKS);
+        let call = tokio::spawn(call_framed(channel, SNAPSHOT_RECORDS_PATH, wire));
+        let header = framed(self.header(msg)?);
+        for piece in header.into_iter().flatten() {
+            if pieces.send(piece).await.is_err() {
+                return Err(Sent::of(call.await));
+            }
         }
+        let chunks = Chunks::Framed(pieces);
         let write = tokio::task::spawn_blocking(move || {
             let mut sent = 0u64;
             let mut failed = None;
@@ -157,6 +168,7 @@ impl SnapshotJob {
         if chunks.send(self.header(msg)?).await.is_err() {
             return Err(answer_of(call.await));
         }
+        let chunks = Chunks::Messages(chunks);
         // One blocking task reads the file in large blocks (a blocking-pool
         // hop per 64 KiB chunk made sending CPU-bound), cut into chunks.
         let read = tokio::task::spawn_blocking(move || read_chunks(file, &chunks));
@@ -165,6 +177,160 @@ impl SnapshotJob {
             Ok(Ok(_)) => sent,
             answer => Err(sent.err().unwrap_or_else(|| answer_of(answer))),
         }
+    }
+}
+
+/// `Peer.SnapshotRecords`, which [`call_framed`] posts to.
+const SNAPSHOT_RECORDS_PATH: &str = "/oxcdpeerpb.Peer/SnapshotRecords";
+
+/// Where a sender's chunks go.
+enum Chunks {
+    /// To tonic's client, as messages.
+    Messages(mpsc::Sender<SnapshotChunk>),
+    /// Framed here, to [`call_framed`]'s body.
+    Framed(mpsc::Sender<Bytes>),
+}
+
+impl Chunks {
+    /// Queues `chunk`; Err once the call ended.
+    fn blocking_send(&self, chunk: SnapshotChunk) -> Result<(), ()> {
+        match self {
+            Chunks::Messages(tx) => tx.blocking_send(chunk).map_err(drop),
+            Chunks::Framed(tx) => {
+                for piece in framed(chunk).into_iter().flatten() {
+                    tx.blocking_send(piece).map_err(drop)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// `chunk` as a gRPC message (no compression), in at most three pieces
+/// that together are byte for byte what tonic writes: the prefix with
+/// every field before `data`, then `data` as it is, then the fields after
+/// it (`last`). A chunk without data is one piece.
+fn framed(mut chunk: SnapshotChunk) -> [Option<Bytes>; 3] {
+    use prost::Message as _;
+    let data = std::mem::take(&mut chunk.data);
+    if data.is_empty() {
+        let message = chunk.encode_to_vec();
+        let mut whole = Vec::with_capacity(5 + message.len());
+        whole.push(0);
+        whole.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        whole.extend_from_slice(&message);
+        return [Some(whole.into()), None, None];
+    }
+    let last = std::mem::take(&mut chunk.last);
+    let before = chunk.encoded_len();
+    let data_field = 1 + prost::length_delimiter_len(data.len()) + data.len();
+    let after = if last { 2 } else { 0 };
+    let mut head = Vec::with_capacity(5 + before + 11);
+    head.push(0);
+    // a chunk is far below 4 GiB (MAX_PEER_MESSAGE_BYTES)
+    head.extend_from_slice(&((before + data_field + after) as u32).to_be_bytes());
+    chunk
+        .encode(&mut head)
+        .expect("a Vec grows as the message needs");
+    head.push(DATA_KEY);
+    prost::encode_length_delimiter(data.len(), &mut head).expect("a Vec grows as needed");
+    let tail = last.then(|| Bytes::from_static(&[LAST_KEY, 1]));
+    [Some(head.into()), Some(data), tail]
+}
+
+/// `SnapshotChunk.data`'s key (field 5, length-delimited) and `last`'s
+/// (field 6, varint).
+const DATA_KEY: u8 = (5 << 3) | 2;
+const LAST_KEY: u8 = 6 << 3;
+
+/// The request body of [`call_framed`]: the pieces queued, then its end.
+struct FramedBody(mpsc::Receiver<Bytes>);
+
+impl http_body::Body for FramedBody {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, tonic::Status>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|piece| piece.map(|data| Ok(http_body::Frame::data(data))))
+    }
+}
+
+/// The largest answer [`call_framed`] reads (a `StreamAck` is a few bytes).
+const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+/// A client-streaming call to `path` whose messages come framed on
+/// `pieces` (see [`framed`]): the answer as tonic's client gives it.
+async fn call_framed(
+    mut channel: tonic::transport::Channel,
+    path: &'static str,
+    pieces: mpsc::Receiver<Bytes>,
+) -> Result<tonic::Response<StreamAck>, tonic::Status> {
+    use http_body_util::BodyExt;
+    use prost::Message as _;
+    use tonic::Status;
+    use tower_service::Service;
+    let request = http::Request::builder()
+        .method(http::Method::POST)
+        .uri(path)
+        .header(http::header::CONTENT_TYPE, "application/grpc")
+        .header(http::header::TE, "trailers")
+        .body(tonic::body::Body::new(FramedBody(pieces)))
+        .map_err(|e| Status::internal(e.to_string()))?;
+    std::future::poll_fn(|cx| channel.poll_ready(cx))
+        .await
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+    let response = channel
+        .call(request)
+        .await
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+    // trailers-only: the status is in the headers (UNIMPLEMENTED from an
+    // older member)
+    if let Some(status) = Status::from_header_map(response.headers()) {
+        if status.code() != tonic::Code::Ok {
+            return Err(status);
+        }
+    }
+    if response.status() != http::StatusCode::OK {
+        return Err(Status::unknown(format!(
+            "HTTP status {}",
+            response.status()
+        )));
+    }
+    let mut body = response.into_body();
+    let mut answer = Vec::new();
+    let mut status = None;
+    while let Some(frame) = body.frame().await {
+        match frame?.into_data() {
+            Ok(data) if answer.len() + data.len() <= MAX_ANSWER_BYTES => {
+                answer.extend_from_slice(&data)
+            }
+            Ok(_) => return Err(Status::resource_exhausted("the answer is too long")),
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    status = Status::from_header_map(&trailers);
+                }
+            }
+        }
+    }
+    match status {
+        Some(status) if status.code() == tonic::Code::Ok => {}
+        Some(status) => return Err(status),
+        None => return Err(Status::internal("the answer has no grpc-status")),
+    }
+    match answer.split_first_chunk::<5>() {
+        Some(([0, length @ ..], message))
+            if u32::from_be_bytes(*length) as usize == message.len() =>
+        {
+            StreamAck::decode(message)
+                .map(tonic::Response::new)
+                .map_err(|e| Status::internal(format!("the answer: {e}")))
+        }
+        _ => Err(Status::internal("the answer is not one gRPC message")),
     }
 }
 
@@ -218,7 +384,7 @@ fn is_unimplemented(answer: &CallAnswer) -> bool {
 }
 
 /// Queues `piece` for the wire in chunks.
-fn send_piece(piece: &[u8], chunks: &mpsc::Sender<SnapshotChunk>) -> Result<(), String> {
+fn send_piece(piece: &[u8], chunks: &Chunks) -> Result<(), String> {
     for data in piece.chunks(SNAPSHOT_CHUNK_BYTES) {
         let chunk = SnapshotChunk {
             data: data.to_vec().into(),
@@ -238,20 +404,17 @@ fn send_piece(piece: &[u8], chunks: &mpsc::Sender<SnapshotChunk>) -> Result<(), 
 }
 
 /// The last chunk: empty and marked.
-fn send_last(chunks: &mpsc::Sender<SnapshotChunk>) -> Result<(), String> {
+fn send_last(chunks: &Chunks) -> Result<(), String> {
     let last = SnapshotChunk {
         last: true,
         ..Default::default()
     };
-    chunks.blocking_send(last).map_err(|_| GONE.to_string())
+    chunks.blocking_send(last).map_err(|()| GONE.to_string())
 }
 
 /// Reads `file` to its end into chunks on `chunks`, the last one empty and
 /// marked; the bytes sent.
-fn read_chunks(
-    mut file: std::fs::File,
-    chunks: &mpsc::Sender<SnapshotChunk>,
-) -> Result<u64, String> {
+fn read_chunks(mut file: std::fs::File, chunks: &Chunks) -> Result<u64, String> {
     use std::io::Read;
     let mut buf = vec![0u8; FILE_IO_BYTES];
     let mut sent = 0u64;
@@ -262,5 +425,59 @@ fn read_chunks(
         }
         send_piece(&buf[..n], chunks)?;
         sent += n as u64;
+    }
+}
+
+#[cfg(test)]
+mod framing_tests {
+    use super::*;
+    use prost::Message as _;
+
+    #[test]
+    fn a_chunk_framed_here_is_what_tonic_writes() {
+        let data = |n: usize| Bytes::from((0..n).map(|i| (i * 13) as u8).collect::<Vec<u8>>());
+        for chunk in [
+            SnapshotChunk {
+                cluster_id: u64::MAX,
+                from: 1,
+                to: 2,
+                message: data(300),
+                ..Default::default()
+            },
+            SnapshotChunk {
+                data: data(SNAPSHOT_CHUNK_BYTES),
+                ..Default::default()
+            },
+            SnapshotChunk {
+                data: data(1),
+                ..Default::default()
+            },
+            SnapshotChunk {
+                data: data(127),
+                last: true,
+                ..Default::default()
+            },
+            SnapshotChunk {
+                last: true,
+                ..Default::default()
+            },
+            SnapshotChunk {
+                cluster_id: 9,
+                data: data(128),
+                ..Default::default()
+            },
+            SnapshotChunk::default(),
+        ] {
+            let message = chunk.encode_to_vec();
+            let mut want = vec![0];
+            want.extend_from_slice(&(message.len() as u32).to_be_bytes());
+            want.extend_from_slice(&message);
+            let got: Vec<u8> = framed(chunk.clone())
+                .into_iter()
+                .flatten()
+                .flat_map(|piece| piece.to_vec())
+                .collect();
+            assert_eq!(got, want, "{chunk:?}");
+        }
     }
 }

@@ -22,6 +22,15 @@
 //! After it, [`Combining::pass_through`] writes what waits, frees the
 //! slots and turns the gathering off: a defrag's copy becomes the store's
 //! file, whose writes go straight to the file as redb's own backend's do.
+//!
+//! A full batch is written by a thread of its own while redb's thread
+//! fills the next one ([`Shared::send_out`]): the writes were a quarter of
+//! a new member's build, which is the one thread a catch-up waits for.
+//! One batch is in flight at a time (the next full one waits for it),
+//! reads see it until it is written, and everything but a gathered write
+//! (a sync, a resize, a write that does not gather, the close, the end of
+//! the gathering) first waits for it to land. A failed write fails the
+//! next call, and redb fails the file from then on.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -31,7 +40,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use redb::backends::FileBackend;
 use redb::{BackendError, StorageBackend};
 
@@ -63,7 +72,98 @@ struct Shared {
     /// Set by [`Combining::pass_through`]: writes go straight to the file.
     passing_through: AtomicBool,
     waiting: Mutex<Waiting>,
+    /// Taken after `waiting` when both are.
+    in_flight: Mutex<InFlight>,
+    /// Signalled when a batch in flight has landed.
+    landed: Condvar,
+    /// Writes to the file so far.
+    #[cfg(test)]
+    written: std::sync::atomic::AtomicUsize,
 }
+
+/// The batch a writer thread is writing, and what it leaves behind.
+#[derive(Default)]
+struct InFlight {
+    batch: Option<Arc<Waiting>>,
+    /// Its write failed: for the next call.
+    failed: Option<io::Error>,
+    /// Its slots, for the next batch.
+    spare: Vec<Page>,
+}
+
+impl Shared {
+    /// Waits until no batch is in flight; its failure, if it failed.
+    fn drain(&self) -> io::Result<()> {
+        let mut flight = self.in_flight.lock();
+        while flight.batch.is_some() {
+            self.landed.wait(&mut flight);
+        }
+        flight.failed.take().map_or(Ok(()), Err)
+    }
+
+    /// The batch in flight, if any.
+    fn flying(&self) -> Option<Arc<Waiting>> {
+        self.in_flight.lock().batch.clone()
+    }
+
+    /// Hands what waits to a writer thread, once the batch before it has
+    /// landed, and starts a new batch in its slots; written here if no
+    /// thread starts.
+    fn send_out(self: &Arc<Self>, waiting: &mut Waiting) -> io::Result<()> {
+        let mut flight = self.in_flight.lock();
+        while flight.batch.is_some() {
+            self.landed.wait(&mut flight);
+        }
+        if let Some(e) = flight.failed.take() {
+            return Err(e);
+        }
+        let batch = Arc::new(waiting.detach(std::mem::take(&mut flight.spare)));
+        flight.batch = Some(batch.clone());
+        drop(flight);
+        let shared = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("copy-write".into())
+            .stack_size(WRITER_STACK_BYTES)
+            .spawn({
+                let batch = batch.clone();
+                move || {
+                    let written = batch.write_pages(
+                        &shared.file,
+                        #[cfg(test)]
+                        &shared.written,
+                    );
+                    shared.landed_with(batch, written);
+                }
+            });
+        if spawned.is_err() {
+            let written = batch.write_pages(
+                &self.file,
+                #[cfg(test)]
+                &self.written,
+            );
+            self.landed_with(batch, written);
+            return self.drain();
+        }
+        Ok(())
+    }
+
+    /// Marks `batch` landed, keeping its slots for the next one.
+    fn landed_with(&self, batch: Arc<Waiting>, written: io::Result<()>) {
+        let mut flight = self.in_flight.lock();
+        flight.batch = None;
+        if let Err(e) = written {
+            flight.failed = Some(e);
+        }
+        // a reader may still hold it: then its slots go with it
+        if let Ok(batch) = Arc::try_unwrap(batch) {
+            flight.spare = batch.slots;
+        }
+        self.landed.notify_all();
+    }
+}
+
+/// A batch writer's stack: it only calls `pwritev`.
+const WRITER_STACK_BYTES: usize = 64 * 1024;
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -85,9 +185,8 @@ struct Waiting {
     free: Vec<u32>,
     /// The waiting pages: file offset → slot.
     pages: BTreeMap<u64, u32>,
-    /// Writes to the file so far.
-    #[cfg(test)]
-    written: usize,
+    /// Bytes that wait at most ([`COMBINE_BYTES`]; less in tests).
+    limit: usize,
 }
 
 impl Waiting {
@@ -112,7 +211,7 @@ impl Waiting {
     }
 
     fn full(&self) -> bool {
-        self.pages.len() * PAGE >= COMBINE_BYTES
+        self.pages.len() * PAGE >= self.limit
     }
 
     /// The waiting pages that meet `[offset, offset + len)`.
@@ -121,17 +220,13 @@ impl Waiting {
         self.pages.range(first..offset + len)
     }
 
-    /// Whether every byte of `[offset, offset + len)` waits.
-    fn covers(&self, offset: u64, len: u64) -> bool {
+    /// Whether every byte of `[offset, offset + len)` waits here or in
+    /// `also`.
+    fn covers(&self, also: Option<&Waiting>, offset: u64, len: u64) -> bool {
         let first = offset - offset % PAGE as u64;
-        let mut next = first;
-        for (at, _) in self.pages.range(first..offset + len) {
-            if *at != next {
-                return false;
-            }
-            next += PAGE as u64;
-        }
-        next >= offset + len
+        (first..offset + len).step_by(PAGE).all(|at| {
+            self.pages.contains_key(&at) || also.is_some_and(|w| w.pages.contains_key(&at))
+        })
     }
 
     /// Copies the waiting bytes of `[offset, offset + out.len())` into `out`.
@@ -153,34 +248,64 @@ impl Waiting {
             .map_or(0, |(at, _)| at + PAGE as u64)
     }
 
-    /// Writes every waiting page to `file`, runs of adjacent pages a call
-    /// each, in offset order. On an error nothing waits any more: redb
-    /// fails the file from then on.
-    fn write_out(&mut self, file: &File) -> io::Result<()> {
-        let pages = std::mem::take(&mut self.pages);
+    /// Writes every waiting page to `file` and empties the batch. On an
+    /// error nothing waits any more: redb fails the file from then on.
+    fn write_out(
+        &mut self,
+        file: &File,
+        #[cfg(test)] written: &std::sync::atomic::AtomicUsize,
+    ) -> io::Result<()> {
+        let result = self.write_pages(
+            file,
+            #[cfg(test)]
+            written,
+        );
+        self.pages.clear();
         self.free.clear();
         self.free.extend((0..self.slots.len() as u32).rev());
+        result
+    }
+
+    /// Writes every waiting page to `file`, runs of adjacent pages a call
+    /// each, in offset order.
+    fn write_pages(
+        &self,
+        file: &File,
+        #[cfg(test)] written: &std::sync::atomic::AtomicUsize,
+    ) -> io::Result<()> {
         let mut run: Vec<&Page> = Vec::new();
         let mut run_at = 0;
-        let mut pages = pages.into_iter().peekable();
-        while let Some((at, slot)) = pages.next() {
+        let mut pages = self.pages.iter().peekable();
+        while let Some((&at, &slot)) = pages.next() {
             if run.is_empty() {
                 run_at = at;
             }
             run.push(&self.slots[slot as usize]);
             let next_adjoins = pages
                 .peek()
-                .is_some_and(|(next, _)| *next == at + PAGE as u64);
+                .is_some_and(|(next, _)| **next == at + PAGE as u64);
             if !next_adjoins || run.len() == MAX_RUN_PAGES {
                 #[cfg(test)]
-                {
-                    self.written += 1;
-                }
+                written.fetch_add(1, Ordering::Relaxed);
                 write_run(file, run_at, &run)?;
                 run.clear();
             }
         }
         Ok(())
+    }
+
+    /// The waiting pages as a batch of their own; the next ones wait in
+    /// `slots` (a landed batch's, reused).
+    fn detach(&mut self, slots: Vec<Page>) -> Waiting {
+        let batch = Waiting {
+            slots: std::mem::replace(&mut self.slots, slots),
+            free: Vec::new(),
+            pages: std::mem::take(&mut self.pages),
+            limit: self.limit,
+        };
+        self.free.clear();
+        self.free.extend((0..self.slots.len() as u32).rev());
+        batch
     }
 
     /// Ends the gathering: the slots are freed.
@@ -249,12 +374,24 @@ fn gathers(offset: u64, data: &[u8]) -> bool {
 /// Creates the backend on `file`, open for reading and writing, and the
 /// handle that turns its gathering off.
 pub(crate) fn on(file: File) -> io::Result<(CombiningFile, Combining)> {
+    on_with(file, COMBINE_BYTES)
+}
+
+/// [`on`], with batches of `limit` bytes.
+fn on_with(file: File, limit: usize) -> io::Result<(CombiningFile, Combining)> {
     let own = file.try_clone()?;
     let locks = FileBackend::new(file).map_err(io::Error::other)?;
     let shared = Arc::new(Shared {
         file: own,
         passing_through: AtomicBool::new(false),
-        waiting: Mutex::new(Waiting::default()),
+        waiting: Mutex::new(Waiting {
+            limit,
+            ..Waiting::default()
+        }),
+        in_flight: Mutex::new(InFlight::default()),
+        landed: Condvar::new(),
+        #[cfg(test)]
+        written: Default::default(),
     });
     Ok((
         CombiningFile {
@@ -271,35 +408,55 @@ impl Combining {
     pub(crate) fn pass_through(&self) -> io::Result<()> {
         let mut waiting = self.0.waiting.lock();
         self.0.passing_through.store(true, Ordering::Release);
-        let written = waiting.write_out(&self.0.file);
+        let landed = self.0.drain();
+        let written = waiting.write_out(
+            &self.0.file,
+            #[cfg(test)]
+            &self.0.written,
+        );
         waiting.end_gathering();
-        written
+        std::mem::take(&mut self.0.in_flight.lock().spare);
+        landed.and(written)
     }
 
+    /// Writes so far, once the batch in flight has landed.
     #[cfg(test)]
     fn written(&self) -> usize {
-        self.0.waiting.lock().written
+        let _ = self.0.drain();
+        self.0.written.load(Ordering::Relaxed)
     }
 }
 
 impl StorageBackend for CombiningFile {
     fn len(&self) -> Result<u64, io::Error> {
-        let len = self.shared.file.metadata()?.len();
         if self.shared.passing_through.load(Ordering::Acquire) {
-            return Ok(len);
+            return Ok(self.shared.file.metadata()?.len());
         }
-        Ok(len.max(self.shared.waiting.lock().end()))
+        let waiting = self.shared.waiting.lock();
+        let flying = self.shared.flying().map_or(0, |batch| batch.end());
+        let len = self.shared.file.metadata()?.len();
+        Ok(len.max(waiting.end()).max(flying))
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
         if !self.shared.passing_through.load(Ordering::Acquire) {
             let waiting = self.shared.waiting.lock();
-            if waiting.meeting(offset, out.len() as u64).next().is_some() {
-                // under the lock: the waiting pages cannot go out between.
-                // Bytes not written yet are not read from the file: it
-                // would fill its page cache with zeroes for them.
-                if !waiting.covers(offset, out.len() as u64) {
+            let len = out.len() as u64;
+            let flying = self
+                .shared
+                .flying()
+                .filter(|batch| batch.meeting(offset, len).next().is_some());
+            if flying.is_some() || waiting.meeting(offset, len).next().is_some() {
+                // under the lock: the waiting pages cannot go out between
+                // (those in flight are read from their batch, whether or
+                // not they have landed yet). Bytes not written yet are not
+                // read from the file: it would fill its page cache with
+                // zeroes for them.
+                if !waiting.covers(flying.as_deref(), offset, len) {
                     self.shared.file.read_exact_at(out, offset)?;
+                }
+                if let Some(batch) = &flying {
+                    batch.overlay(offset, out);
                 }
                 waiting.overlay(offset, out);
                 return Ok(());
@@ -311,8 +468,13 @@ impl StorageBackend for CombiningFile {
     fn set_len(&self, len: u64) -> Result<(), io::Error> {
         if !self.shared.passing_through.load(Ordering::Acquire) {
             let mut waiting = self.shared.waiting.lock();
+            self.shared.drain()?;
             if waiting.end() > len {
-                waiting.write_out(&self.shared.file)?;
+                waiting.write_out(
+                    &self.shared.file,
+                    #[cfg(test)]
+                    &self.shared.written,
+                )?;
             }
         }
         self.shared.file.set_len(len)
@@ -320,7 +482,13 @@ impl StorageBackend for CombiningFile {
 
     fn sync_data(&self) -> Result<(), io::Error> {
         if !self.shared.passing_through.load(Ordering::Acquire) {
-            self.shared.waiting.lock().write_out(&self.shared.file)?;
+            let mut waiting = self.shared.waiting.lock();
+            self.shared.drain()?;
+            waiting.write_out(
+                &self.shared.file,
+                #[cfg(test)]
+                &self.shared.written,
+            )?;
         }
         self.shared.file.sync_data()
     }
@@ -331,14 +499,20 @@ impl StorageBackend for CombiningFile {
             // checked again under the lock: a pass_through under way
             if !self.shared.passing_through.load(Ordering::Acquire) {
                 if !gathers(offset, data) {
+                    // nothing older may land over it afterwards
+                    self.shared.drain()?;
                     if waiting.meeting(offset, data.len() as u64).next().is_some() {
-                        waiting.write_out(&self.shared.file)?;
+                        waiting.write_out(
+                            &self.shared.file,
+                            #[cfg(test)]
+                            &self.shared.written,
+                        )?;
                     }
                     return self.shared.file.write_all_at(data, offset);
                 }
                 waiting.put(offset, data);
                 if waiting.full() {
-                    waiting.write_out(&self.shared.file)?;
+                    self.shared.send_out(&mut waiting)?;
                 }
                 return Ok(());
             }
@@ -350,7 +524,14 @@ impl StorageBackend for CombiningFile {
         let written = if self.shared.passing_through.load(Ordering::Acquire) {
             Ok(())
         } else {
-            self.shared.waiting.lock().write_out(&self.shared.file)
+            let mut waiting = self.shared.waiting.lock();
+            let landed = self.shared.drain();
+            let written = waiting.write_out(
+                &self.shared.file,
+                #[cfg(test)]
+                &self.shared.written,
+            );
+            landed.and(written)
         };
         let closed = self.locks.close();
         written.and(closed)
@@ -391,6 +572,11 @@ mod tests {
 
     /// A backend on a new file in `dir`, and its handle.
     fn backend(dir: &tempfile::TempDir) -> (CombiningFile, Combining, File) {
+        backend_with(dir, COMBINE_BYTES)
+    }
+
+    /// [`backend`], with batches of `limit` bytes.
+    fn backend_with(dir: &tempfile::TempDir, limit: usize) -> (CombiningFile, Combining, File) {
         let path = dir.path().join("copy");
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -399,7 +585,7 @@ mod tests {
             .truncate(true)
             .open(&path)
             .unwrap();
-        let (backend, combining) = on(file).unwrap();
+        let (backend, combining) = on_with(file, limit).unwrap();
         (backend, combining, File::open(&path).unwrap())
     }
 
@@ -416,8 +602,15 @@ mod tests {
 
     #[test]
     fn what_is_read_and_what_lands_is_what_was_written() {
+        reads_and_lands(COMBINE_BYTES);
+        // batches of 32 pages: most go out on a writer thread while the
+        // next fills and reads meet them in flight
+        reads_and_lands(32 * PAGE);
+    }
+
+    fn reads_and_lands(limit: usize) {
         let dir = tempfile::tempdir().unwrap();
-        let (file, combining, on_disk) = backend(&dir);
+        let (file, combining, on_disk) = backend_with(&dir, limit);
         // the file as redb sees it
         let mut model: Vec<u8> = Vec::new();
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);

@@ -132,7 +132,12 @@ impl Shared {
                         #[cfg(test)]
                         &shared.written,
                     );
+                    let range = written.is_ok().then(|| (batch.first(), batch.end()));
                     shared.landed_with(batch, written);
+                    // after it landed: the next batch need not wait for this
+                    if let Some((from, to)) = range {
+                        start_write_back(&shared.file, from, to);
+                    }
                 }
             });
         if spawned.is_err() {
@@ -161,6 +166,29 @@ impl Shared {
         self.landed.notify_all();
     }
 }
+
+/// Starts the disk writes of `[from, to)` of `file`, without waiting for
+/// them: a batch's pages go to the disk as it lands rather than all at
+/// once at the write-back's next round (`flush::WriteBehind`, every 250
+/// ms), when a member's WAL fdatasync queued behind them (a put's p99
+/// during a defrag 85 ms at 2 GiB). Only a hint: its failure is ignored
+/// (the sync before the copy is used reports any).
+#[cfg(target_os = "linux")]
+fn start_write_back(file: &File, from: u64, to: u64) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid descriptor for the call's duration.
+    unsafe {
+        libc::sync_file_range(
+            file.as_raw_fd(),
+            from as libc::off64_t,
+            to.saturating_sub(from) as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WRITE,
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn start_write_back(_: &File, _: u64, _: u64) {}
 
 /// A batch writer's stack: it only calls `pwritev`.
 const WRITER_STACK_BYTES: usize = 64 * 1024;
@@ -239,6 +267,11 @@ impl Waiting {
             out[(from - offset) as usize..(to - offset) as usize]
                 .copy_from_slice(&page[(from - at) as usize..(to - at) as usize]);
         }
+    }
+
+    /// The first waiting page's offset (0 if none).
+    fn first(&self) -> u64 {
+        self.pages.first_key_value().map_or(0, |(at, _)| *at)
     }
 
     /// The end of the last waiting page (0 if none).

@@ -40,7 +40,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use redb::backends::FileBackend;
 use redb::{BackendError, StorageBackend};
 
@@ -94,9 +94,13 @@ struct InFlight {
 impl Shared {
     /// Waits until no batch is in flight; its failure, if it failed.
     fn drain(&self) -> io::Result<()> {
-        let mut flight = self.in_flight.lock();
+        self.wait_landed(&mut self.in_flight.lock())
+    }
+
+    /// [`Shared::drain`] under a lock the caller keeps.
+    fn wait_landed(&self, flight: &mut MutexGuard<'_, InFlight>) -> io::Result<()> {
         while flight.batch.is_some() {
-            self.landed.wait(&mut flight);
+            self.landed.wait(flight);
         }
         flight.failed.take().map_or(Ok(()), Err)
     }
@@ -111,45 +115,37 @@ impl Shared {
     /// thread starts.
     fn send_out(self: &Arc<Self>, waiting: &mut Waiting) -> io::Result<()> {
         let mut flight = self.in_flight.lock();
-        while flight.batch.is_some() {
-            self.landed.wait(&mut flight);
-        }
-        if let Some(e) = flight.failed.take() {
-            return Err(e);
-        }
+        self.wait_landed(&mut flight)?;
         let batch = Arc::new(waiting.detach(std::mem::take(&mut flight.spare)));
         flight.batch = Some(batch.clone());
         drop(flight);
-        let shared = self.clone();
         let spawned = std::thread::Builder::new()
             .name("copy-write".into())
             .stack_size(WRITER_STACK_BYTES)
             .spawn({
-                let batch = batch.clone();
-                move || {
-                    let written = batch.write_pages(
-                        &shared.file,
-                        #[cfg(test)]
-                        &shared.written,
-                    );
-                    let range = written.is_ok().then(|| (batch.first(), batch.end()));
-                    shared.landed_with(batch, written);
-                    // after it landed: the next batch need not wait for this
-                    if let Some((from, to)) = range {
-                        start_write_back(&shared.file, from, to);
-                    }
-                }
+                let (shared, batch) = (self.clone(), batch.clone());
+                move || shared.write_batch(batch)
             });
         if spawned.is_err() {
-            let written = batch.write_pages(
-                &self.file,
-                #[cfg(test)]
-                &self.written,
-            );
-            self.landed_with(batch, written);
+            self.write_batch(batch);
             return self.drain();
         }
         Ok(())
+    }
+
+    /// Writes `batch`, marks it landed, then starts its disk writes.
+    fn write_batch(&self, batch: Arc<Waiting>) {
+        let written = batch.write_pages(
+            &self.file,
+            #[cfg(test)]
+            &self.written,
+        );
+        let range = written.is_ok().then(|| (batch.first(), batch.end()));
+        self.landed_with(batch, written);
+        // after it landed: the next batch need not wait for this
+        if let Some((from, to)) = range {
+            start_write_back(&self.file, from, to);
+        }
     }
 
     /// Marks `batch` landed, keeping its slots for the next one.

@@ -21,8 +21,11 @@
 #      one-second p99;
 #   4) defrag: `etcdctl defrag` under the same loads: its duration, the
 #      database size after it, the loads' slowest and worst p99;
-#   5) snapshot save: `etcdctl snapshot save`, its time and the file's size
-#      (the file is removed at once);
+#   5) snapshot save: `etcdctl snapshot save`, its time, the file's size (the
+#      file is removed at once) and the CPU seconds of the member and of
+#      etcdctl; then the same stream read by `oxbench snapshot`, which only
+#      counts the bytes: its time and the member's CPU seconds (the member's
+#      side of a save, without etcdctl's decode, write and fsync);
 #   6) a new member catching up (skipped by --no-catch-up): `member add
 #      --learner`, the learner started with a fresh data dir and
 #      --initial-cluster-state existing, timed until its revision equals the
@@ -175,6 +178,9 @@ watchdog=$!
 
 now() { echo "$EPOCHREALTIME"; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", b - a}'; }
+cpu_s() {  # cpu_s PID: the process's user + system CPU seconds so far
+  awk -v hz="$(getconf CLK_TCK)" '{sub(/.*\) /, ""); printf "%.2f", ($12 + $13) / hz}' "/proc/$1/stat" 2>/dev/null || echo 0
+}
 rss_mb() { awk '/^VmRSS:/ {printf "%.1f", $2 / 1024}' "/proc/$1/status" 2>/dev/null || echo n/a; }
 ctl() {  # ctl ENDPOINTS ARGS...
   local eps=$1; shift
@@ -374,14 +380,31 @@ measure() {
   record "$s" defrag_db_mb "$(mb "$(status_field dbSize)")"
 
   echo "  $(date +%T.%3N) $s: snapshot save" >&2
+  local c0 c1
+  c0=$(cpu_s "${pids[0]}")
   t0=$(now)
-  if ! out=$(ctl "$(client_ep 0)" snapshot save "$work/snap.db" 2>&1); then
+  if ! out=$(/usr/bin/time -f "ctl-cpu %U %S" -o "$work/ctl-time" env ETCDCTL_API=3 "$ETCDCTL" \
+      --endpoints "$(client_ep 0)" --dial-timeout 2s --command-timeout "${timeout}s" snapshot save "$work/snap.db" 2>&1); then
     rm -f "$work/snap.db" "$work/snap.db.part"; fail "$s" "snapshot save: $out"; return 1
   fi
   t1=$(now)
+  c1=$(cpu_s "${pids[0]}")
   record "$s" snapshot_s "$(secs "$t0" "$t1")"
   record "$s" snapshot_mb "$(mb "$(stat -c %s "$work/snap.db")")"
+  record "$s" snapshot_cpu_s "$(secs "$c0" "$c1")"
+  record "$s" snapshot_ctl_cpu_s "$(awk '$1 == "ctl-cpu" {printf "%.2f", $2 + $3}' "$work/ctl-time")"
   rm -f "$work/snap.db"
+
+  echo "  $(date +%T.%3N) $s: snapshot stream to a reader that discards it" >&2
+  c0=$(cpu_s "${pids[0]}")
+  t0=$(now)
+  if ! out=$(timeout "$timeout" "$oxbench" --endpoints "$(client_ep 0)" snapshot 2>&1); then
+    fail "$s" "oxbench snapshot: $out"; return 1
+  fi
+  t1=$(now)
+  c1=$(cpu_s "${pids[0]}")
+  record "$s" stream_s "$(secs "$t0" "$t1")"
+  record "$s" stream_cpu_s "$(secs "$c0" "$c1")"
 
   [ $catch_up = 1 ] || return 0
   echo "  $(date +%T.%3N) $s: a new member catching up" >&2
@@ -423,6 +446,8 @@ python3 "$root/bench/table.py" "$results" \
   "put p99 during the defrag|defrag.put_p99_ms|ms" "put slowest during the defrag|defrag.put_max_ms|ms" \
   "range p99 during the defrag|defrag.get_p99_ms|ms" "range slowest during the defrag|defrag.get_max_ms|ms" \
   "snapshot save|snapshot_s|s" "snapshot file|snapshot_mb|MB" \
+  "member CPU during the save|snapshot_cpu_s|s" "etcdctl CPU during the save|snapshot_ctl_cpu_s|s" \
+  "snapshot stream, read and discarded|stream_s|s" "member CPU during the stream|stream_cpu_s|s" \
   "new member: start -> caught up|catchup_s|s" "new member VmRSS, caught up|rss_catchup_mb|MB" \
   "peak disk use (df, every second)|disk_peak_mb|MB"
 echo "$keys keys of $val_size B (16-byte keys) written twice; steady loads of $rate req/s each (8 clients: puts of 256 B on 10,000 other keys, linearizable ranges of one key), p99 = the worst one-second run's; --quota-backend-bytes $quota; etcd's default --snapshot-count on both"

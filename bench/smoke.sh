@@ -104,7 +104,9 @@ entry() {
         "range p99 during the compaction" "range slowest during the compaction"
         "defrag" "db size after the defrag" "put p99 during the defrag" "put slowest during the defrag"
         "range p99 during the defrag" "range slowest during the defrag"
-        "snapshot save" "snapshot file" "new member: start -> caught up" "new member VmRSS, caught up") ;;
+        "snapshot save" "snapshot file" "member CPU during the save" "etcdctl CPU during the save"
+        "snapshot stream, read and discarded" "member CPU during the stream"
+        "new member: start -> caught up" "new member VmRSS, caught up") ;;
     failover.sh)
       args=(--quick --members 3 --timeout 60)
       rows=("3 members: kill -9 leader -> first acknowledged put"

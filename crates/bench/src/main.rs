@@ -6,7 +6,7 @@ use bench::auth::{ask_password, credentials_from_flags};
 use bench::client::Settings;
 use bench::report::Precision;
 use bench::workloads::{
-    failover, health, lease, lease_expire, put, range, txn_put, watch, watch_latency,
+    failover, health, lease, lease_expire, put, range, snapshot, txn_put, watch, watch_latency,
 };
 use clap::{ArgAction, Parser, Subcommand};
 
@@ -244,6 +244,14 @@ enum Command {
         #[arg(long, default_value = "60s", value_parser = parse_duration)]
         timeout: Duration,
     },
+    /// Stream one Maintenance.Snapshot from the first endpoint, discarding
+    /// it, and print its size, time and rate. Not an etcd benchmark command:
+    /// bench/large-db.sh times the member's side of a snapshot save with it.
+    Snapshot {
+        /// Also check the sha256 etcd appends (costs the client CPU)
+        #[arg(long)]
+        verify: bool,
+    },
 }
 
 /// Go-style durations as flags take them: `500ms`, `2s`, `1m`, or bare seconds.
@@ -437,6 +445,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             lease_expire::run(&settings, &opts).await
         }
         Command::Health { timeout } => health::run(&settings, timeout).await,
+        Command::Snapshot { verify } => snapshot::run(&settings, verify).await,
     }
 }
 

@@ -6,6 +6,7 @@ pub mod lease;
 pub mod lease_expire;
 pub mod put;
 pub mod range;
+pub mod snapshot;
 pub mod txn_put;
 pub mod watch;
 pub mod watch_latency;

@@ -2793,6 +2793,41 @@ impl ReadTransaction {
         }
     }
 
+    /// oxcd patch: hands `out` the image of a database file holding this transaction's tables
+    /// and nothing else: the header at offset 0, then every page this transaction reaches, each
+    /// at its offset, in ascending order. The bytes between them (free pages, region headers) are
+    /// not given: a file with zeros there, `len` bytes long (the return value), is the image.
+    ///
+    /// The image's header has this transaction's root in both commit slots, no system tables,
+    /// and the recovery flag set: opening it (writable) rebuilds the allocator state from the
+    /// root, checking every page's checksum on the way, as after a crash. The pages are read
+    /// through the cache, so commits not yet written to the file are in the image; they cannot
+    /// change while this transaction lives (pages it reaches are not freed until it ends).
+    pub fn export_image(
+        &self,
+        out: &mut dyn FnMut(u64, &[u8]) -> Result<(), StorageError>,
+    ) -> Result<u64, StorageError> {
+        let mut pages = Vec::new();
+        self.tree.visit_all_pages(|path| {
+            pages.push(path.page_number());
+            Ok(())
+        })?;
+        let mut placed: Vec<(u64, PageNumber)> = pages
+            .into_iter()
+            .map(|page| (self.mem.page_address(page), page))
+            .collect();
+        placed.sort_unstable_by_key(|(address, _)| *address);
+        let (header, len) = self
+            .mem
+            .image_header(self.tree.transaction_guard().id(), self.tree.root());
+        out(0, &header)?;
+        for (address, page) in placed {
+            let page = self.mem.get_page(page, PageHint::None)?;
+            out(address, page.memory())?;
+        }
+        Ok(len)
+    }
+
     /// Open the given table without a type
     pub fn open_untyped_table(
         &self,

@@ -92,6 +92,11 @@ impl TableTree {
         self.tree.transaction_guard()
     }
 
+    // oxcd patch: the root of the table tree (see `ReadTransaction::export_image`)
+    pub(crate) fn root(&self) -> Option<BtreeHeader> {
+        self.tree.get_root()
+    }
+
     pub(crate) fn verify_checksums(&self) -> Result<bool> {
         if !self.tree.verify_checksum()? {
             return Ok(false);

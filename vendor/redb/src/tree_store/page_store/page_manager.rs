@@ -2370,6 +2370,36 @@ impl TransactionalMemory {
         self.state.lock().unwrap().header.layout()
     }
 
+    // oxcd patch: the header of a file image whose one commit is `user_root` (with no system
+    // tables) at `transaction_id`, in both slots, marked for recovery so that opening the image
+    // rebuilds its allocator state from that root; and the image's length, the current layout's
+    // (see `ReadTransaction::export_image`)
+    pub(crate) fn image_header(
+        &self,
+        transaction_id: TransactionId,
+        user_root: Option<BtreeHeader>,
+    ) -> ([u8; DB_HEADER_SIZE], u64) {
+        let layout = self.get_layout();
+        let mut header = DatabaseHeader::new(layout.clone(), transaction_id);
+        for _ in 0..2 {
+            header.write_secondary_slot(transaction_id, user_root, None);
+            header.swap_primary_slot();
+        }
+        (header.to_bytes(true), layout.len())
+    }
+
+    // oxcd patch: where `page_number` starts in the file
+    pub(crate) fn page_address(&self, page_number: PageNumber) -> u64 {
+        page_number
+            .address_range(
+                self.page_size.into(),
+                self.region_size,
+                self.region_header_with_padding_size,
+                self.page_size,
+            )
+            .start
+    }
+
     // Free all pages allocated by the aborted transaction before rolling back growth. Freeing pages
     // also cancels their buffered writes so a later flush cannot re-extend the file.
     pub(crate) fn rollback_growth(&self, initial_layout: DatabaseLayout) -> Result {

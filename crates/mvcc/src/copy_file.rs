@@ -144,7 +144,7 @@ impl Shared {
         self.landed_with(batch, written);
         // after it landed: the next batch need not wait for this
         if let Some((from, to)) = range {
-            start_write_back(&self.file, from, to);
+            crate::flush::start_write_back(&self.file, from, to);
         }
     }
 
@@ -162,29 +162,6 @@ impl Shared {
         self.landed.notify_all();
     }
 }
-
-/// Starts the disk writes of `[from, to)` of `file`, without waiting for
-/// them: a batch's pages go to the disk as it lands rather than all at
-/// once at the write-back's next round (`flush::WriteBehind`, every 250
-/// ms), when a member's WAL fdatasync queued behind them (a put's p99
-/// during a defrag 85 ms at 2 GiB). Only a hint: its failure is ignored
-/// (the sync before the copy is used reports any).
-#[cfg(target_os = "linux")]
-fn start_write_back(file: &File, from: u64, to: u64) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: a valid descriptor for the call's duration.
-    unsafe {
-        libc::sync_file_range(
-            file.as_raw_fd(),
-            from as libc::off64_t,
-            to.saturating_sub(from) as libc::off64_t,
-            libc::SYNC_FILE_RANGE_WRITE,
-        );
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn start_write_back(_: &File, _: u64, _: u64) {}
 
 /// A batch writer's stack: it only calls `pwritev`.
 const WRITER_STACK_BYTES: usize = 64 * 1024;

@@ -100,24 +100,62 @@ impl Drop for WriteBehind {
     }
 }
 
+/// `sync_file_range` of `len` bytes of `file` from `from` (length 0: to
+/// the end of the file).
 #[cfg(target_os = "linux")]
-fn write_back(file: &std::fs::File) -> std::io::Result<()> {
+fn sync_file_range(
+    file: &std::fs::File,
+    from: u64,
+    len: u64,
+    flags: libc::c_uint,
+) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
-    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
-        | libc::SYNC_FILE_RANGE_WRITE
-        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
-    // SAFETY: a valid descriptor for the call's duration; offset 0 and
-    // length 0 mean the whole file.
-    match unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, flags) } {
+    // SAFETY: a valid descriptor for the call's duration.
+    match unsafe {
+        libc::sync_file_range(
+            file.as_raw_fd(),
+            from as libc::off64_t,
+            len as libc::off64_t,
+            flags,
+        )
+    } {
         0 => Ok(()),
         _ => Err(std::io::Error::last_os_error()),
     }
+}
+
+/// Writes the whole file's dirty pages back and waits for them.
+#[cfg(target_os = "linux")]
+fn write_back(file: &std::fs::File) -> std::io::Result<()> {
+    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    sync_file_range(file, 0, 0, flags)
 }
 
 #[cfg(not(target_os = "linux"))]
 fn write_back(file: &std::fs::File) -> std::io::Result<()> {
     file.sync_data()
 }
+
+/// Starts the disk writes of `[from, to)` of `file`, without waiting for
+/// them: a copy's batch goes to the disk as it lands rather than all at
+/// once at the write-back's next round (every [`FLUSH_INTERVAL`]), when a
+/// member's WAL fdatasync queued behind it (a put's p99 during a defrag
+/// 85 ms at 2 GiB). Only a hint: its failure is ignored (the sync before
+/// the copy is used reports any).
+#[cfg(target_os = "linux")]
+pub(crate) fn start_write_back(file: &std::fs::File, from: u64, to: u64) {
+    let _ = sync_file_range(
+        file,
+        from,
+        to.saturating_sub(from),
+        libc::SYNC_FILE_RANGE_WRITE,
+    );
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn start_write_back(_: &std::fs::File, _: u64, _: u64) {}
 
 #[cfg(test)]
 mod tests {

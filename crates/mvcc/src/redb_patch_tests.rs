@@ -239,7 +239,10 @@ fn a_read_transactions_image_opens_as_its_tables() {
         model(&copy.begin_read().unwrap()) == more,
         "after writes and a reopen"
     );
-    assert!(copy.check_integrity().unwrap(), "the image passes redb's check");
+    assert!(
+        copy.check_integrity().unwrap(),
+        "the image passes redb's check"
+    );
 
     // The database itself is untouched by the export
     check(&db, 2 * KEYS, |key| if key < KEYS { 2 } else { 3 });

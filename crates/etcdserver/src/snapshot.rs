@@ -49,28 +49,56 @@ impl SnapshotSource for BackendSnapshots {
         &self,
         index: u64,
     ) -> Pin<Box<dyn Future<Output = Result<RecordWriter, String>> + Send>> {
-        let store = self.store.clone();
-        let mut applied = self.applied.clone();
-        Box::pin(async move {
-            applied_up_to(&mut applied, index).await?;
-            let writer: RecordWriter = Box::new(move |out| {
-                let covered = store.write_records(out).map_err(|e| e.to_string())?;
-                // the stream ends with its last record: a receiver would
-                // install it, so this cannot happen after the wait above
-                // (the store's consistent index only grows)
-                if covered < index {
-                    return Err(format!("backend records cover index {covered} < {index}"));
-                }
-                Ok(covered)
-            });
-            Ok(writer)
-        })
+        self.stream_writer(index, "records", |store, out| store.write_records(out))
     }
 
     fn records_receiver(&self, path: &Path) -> Result<Box<dyn RecordReceiver>, String> {
         let builder =
             mvcc::record_stream::RecordsBuilder::create(path).map_err(|e| e.to_string())?;
         Ok(Box::new(ReceivedRecords(builder)))
+    }
+
+    fn backend_image(
+        &self,
+        index: u64,
+    ) -> Pin<Box<dyn Future<Output = Result<RecordWriter, String>> + Send>> {
+        self.stream_writer(index, "image", |store, out| store.write_image(out))
+    }
+
+    fn image_receiver(&self, path: &Path) -> Result<Box<dyn RecordReceiver>, String> {
+        let builder = mvcc::image_stream::ImageBuilder::create(path).map_err(|e| e.to_string())?;
+        Ok(Box::new(ReceivedImage(builder)))
+    }
+}
+
+/// Writes a backend stream to a sink, the consistent index it covers.
+type WriteStream = fn(&Store, &mut dyn FnMut(&[u8]) -> bool) -> Result<u64, mvcc::MvccError>;
+
+impl BackendSnapshots {
+    /// The writer of the stream `write` makes, once this member applied up
+    /// to `index`.
+    fn stream_writer(
+        &self,
+        index: u64,
+        what: &'static str,
+        write: WriteStream,
+    ) -> Pin<Box<dyn Future<Output = Result<RecordWriter, String>> + Send>> {
+        let store = self.store.clone();
+        let mut applied = self.applied.clone();
+        Box::pin(async move {
+            applied_up_to(&mut applied, index).await?;
+            let writer: RecordWriter = Box::new(move |out| {
+                let covered = write(&store, out).map_err(|e| e.to_string())?;
+                // the stream ends with what covers it: a receiver would
+                // install it, so this cannot happen after the wait above
+                // (the store's consistent index only grows)
+                if covered < index {
+                    return Err(format!("backend {what} cover index {covered} < {index}"));
+                }
+                Ok(covered)
+            });
+            Ok(writer)
+        })
     }
 }
 
@@ -89,6 +117,19 @@ async fn applied_up_to(applied: &mut watch::Receiver<u64>, index: u64) -> Result
 struct ReceivedRecords(mvcc::record_stream::RecordsBuilder);
 
 impl RecordReceiver for ReceivedRecords {
+    fn feed(&mut self, chunks: &[bytes::Bytes]) -> Result<(), String> {
+        self.0.feed_parts(chunks).map_err(|e| e.to_string())
+    }
+
+    fn finish(self: Box<Self>) -> Result<(), String> {
+        self.0.finish().map(|_| ()).map_err(|e| e.to_string())
+    }
+}
+
+/// An image stream from the leader becoming a backend file.
+struct ReceivedImage(mvcc::image_stream::ImageBuilder);
+
+impl RecordReceiver for ReceivedImage {
     fn feed(&mut self, chunks: &[bytes::Bytes]) -> Result<(), String> {
         self.0.feed_parts(chunks).map_err(|e| e.to_string())
     }

@@ -58,6 +58,7 @@ pub const NAMES: &[&str] = &[
     "raftAfterApplySnap",
     "raftDuringSendSnapshot",
     "snapshotRecordsUnimplemented",
+    "snapshotImageUnimplemented",
     "beforeCommit",
     "afterCommit",
     "compactBeforeCommitScheduledCompact",

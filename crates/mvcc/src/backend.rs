@@ -73,7 +73,7 @@ pub(crate) const FORMAT_VERSION: u32 = 3;
 /// The tag of a record's checksum: protobuf field 15, wire type 5
 /// (fixed32), so a sealed record is still a valid `mvccpb.KeyValue`
 /// encoding (decoders skip the unknown field).
-const CHECKSUM_TAG: u8 = (15 << 3) | 5;
+pub(crate) const CHECKSUM_TAG: u8 = (15 << 3) | 5;
 /// Bytes a seal adds to a record: the tag and a CRC-32 (IEEE, little-endian)
 /// of everything before it.
 pub(crate) const CHECKSUM_LEN: usize = 5;
@@ -242,7 +242,7 @@ fn open_private(path: &Path) -> Result<std::fs::File, MvccError> {
         .map_err(|e| MvccError::Backend(format!("cannot create {}: {e}", path.display())))
 }
 
-fn database_error(e: redb::DatabaseError) -> MvccError {
+pub(crate) fn database_error(e: redb::DatabaseError) -> MvccError {
     match e {
         // the integrity check's verdict (open_database): a damaged file
         redb::DatabaseError::Storage(redb::StorageError::Corrupted(what)) => {
@@ -481,6 +481,19 @@ impl Indexer {
         let (revision, tombstone) = RevisionKey::parse(key)?;
         let record = unseal(value).map_err(|e| e.at(revision))?;
         let fields = scan_key_value(record)?;
+        self.add_fields(revision, tombstone, &fields);
+        Ok(())
+    }
+
+    /// [`Indexer::add`] of a record whose fields were read elsewhere (a
+    /// long record's from its first part and its head: see
+    /// [`crate::parts::long_fields`]), its checksum unchecked.
+    pub(crate) fn add_fields(
+        &mut self,
+        revision: Revision,
+        tombstone: bool,
+        fields: &KeyValueFields<'_>,
+    ) {
         self.current_revision = revision.main;
         if tombstone {
             self.index.restore_tombstone(fields.key, revision);
@@ -494,7 +507,6 @@ impl Indexer {
         } else if !self.leased.is_empty() {
             self.leased.remove(fields.key);
         }
-        Ok(())
     }
 
     /// What a load of the file yields, its meta being `meta`.

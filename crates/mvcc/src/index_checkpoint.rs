@@ -157,6 +157,51 @@ pub(crate) fn write_in(
     Ok(header.body_len)
 }
 
+/// The checkpoint of `loaded` as bytes, its header then its body, for a
+/// file written elsewhere (a new member's, from its leader's pages: see
+/// [`crate::image_stream`]), which [`write_encoded_in`] puts in its table.
+pub(crate) fn encode(loaded: &Loaded) -> Vec<u8> {
+    let mut body = Vec::new();
+    let encoded: Result<(), std::convert::Infallible> = loaded.index.encode(&mut |bytes| {
+        body.extend_from_slice(bytes);
+        Ok(())
+    });
+    let Ok(()) = encoded;
+    body.extend_from_slice(&encode_leased(&loaded.leased_keys));
+    let header = Header {
+        format: CHECKPOINT_FORMAT,
+        consistent_index: loaded.consistent_index,
+        current_revision: loaded.current_revision,
+        compact_revision: loaded.compact_revision.max(NO_COMPACTION),
+        body_len: body.len() as u64,
+        body_crc: crc32c::crc32c(&body),
+    };
+    let mut out = header.encode();
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Writes a checkpoint [`encode`] made in `txn`. Only its header's length
+/// is checked here: [`load`] checks the rest (its format, that it matches
+/// the file, its checksum) and ignores a checkpoint that does not hold.
+pub(crate) fn write_encoded_in(
+    txn: &redb::WriteTransaction,
+    encoded: &[u8],
+) -> Result<(), MvccError> {
+    let Some((header, body)) = encoded.split_at_checked(HEADER_LEN) else {
+        return Err(MvccError::Corrupt(format!(
+            "a key index checkpoint of {} bytes",
+            encoded.len()
+        )));
+    };
+    let mut table = txn.open_table(INDEX_TABLE).map_err(backend_error)?;
+    for (n, chunk) in body.chunks(CHUNK_BYTES).enumerate() {
+        table.insert(n as u64 + 1, chunk).map_err(backend_error)?;
+    }
+    table.insert(HEADER_KEY, header).map_err(backend_error)?;
+    Ok(())
+}
+
 /// The body's tail: the leased keys (count, then key and lease per key).
 fn encode_leased(leased: &[(Bytes, i64)]) -> Vec<u8> {
     let mut tail = Vec::new();

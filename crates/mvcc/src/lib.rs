@@ -132,6 +132,7 @@ mod defrag;
 pub mod etcd_backend;
 mod flush;
 mod hash;
+pub mod image_stream;
 mod index_checkpoint;
 mod io_priority;
 pub mod key_index;

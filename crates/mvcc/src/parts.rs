@@ -26,7 +26,7 @@ use std::borrow::Cow;
 
 use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
 
-use crate::backend::backend_error;
+use crate::backend::{backend_error, read_varint, KeyValueFields, CHECKSUM_LEN, CHECKSUM_TAG};
 use crate::revision::RevisionKey;
 use crate::MvccError;
 
@@ -120,6 +120,90 @@ impl ReadParts {
         stored: &'v [u8],
     ) -> Result<Cow<'v, [u8]>, MvccError> {
         join(self.0.as_ref(), key, stored)
+    }
+}
+
+impl ReadParts {
+    /// The fields the key index needs of the long record whose head is
+    /// `stored` (the `key` table's value under `key`), read from its first
+    /// part and its head only, the parts between them unread, and handed
+    /// to `f`. None for a whole record, and for one not laid out as a
+    /// `mvccpb.KeyValue` is encoded (fields in their order: the key and
+    /// revisions in the first part, nothing but the lease after the value,
+    /// all of it in the head), which the caller joins instead. The
+    /// record's checksum is not checked (its other parts are not read).
+    pub(crate) fn long_fields<T>(
+        &self,
+        key: &[u8],
+        stored: &[u8],
+        f: impl FnOnce(&KeyValueFields<'_>) -> T,
+    ) -> Result<Option<T>, MvccError> {
+        let (Some(count), Some(table)) = (parts_of(stored), self.0.as_ref()) else {
+            return Ok(None);
+        };
+        let head = &stored[..stored.len() - HEAD_TRAILER];
+        if count == 0
+            || head.len() < CHECKSUM_LEN
+            || head[head.len() - CHECKSUM_LEN] != CHECKSUM_TAG
+        {
+            return Ok(None);
+        }
+        let Some(first) = table
+            .get(part_key(key, 0).as_slice())
+            .map_err(backend_error)?
+        else {
+            return Ok(None);
+        };
+        let first = first.value();
+        if first.len() != PART_BYTES {
+            return Ok(None);
+        }
+        let mut fields = KeyValueFields::default();
+        let mut pos = 0;
+        let value_end = loop {
+            let Ok(tag) = read_varint(first, &mut pos) else {
+                return Ok(None);
+            };
+            let Ok(v) = read_varint(first, &mut pos) else {
+                return Ok(None);
+            };
+            match (tag >> 3, tag & 7) {
+                (1, 2) => match pos.checked_add(v as usize) {
+                    Some(end) if end <= first.len() => {
+                        fields.key = &first[pos..end];
+                        pos = end;
+                    }
+                    _ => return Ok(None),
+                },
+                (2, 0) => fields.create_revision = v as i64,
+                (3, 0) => fields.mod_revision = v as i64,
+                (4, 0) => fields.version = v as i64,
+                (5, 2) => match pos.checked_add(v as usize) {
+                    Some(end) => break end,
+                    None => return Ok(None),
+                },
+                _ => return Ok(None),
+            }
+        };
+        // the record's bytes after the value: in the head, before its seal
+        let head_start = count as usize * PART_BYTES;
+        let proto_end = head_start + head.len() - CHECKSUM_LEN;
+        if value_end < head_start || value_end > proto_end {
+            return Ok(None);
+        }
+        let tail = &head[value_end - head_start..proto_end - head_start];
+        let mut pos = 0;
+        while pos < tail.len() {
+            match read_varint(tail, &mut pos) {
+                Ok(tag) if tag == 6 << 3 => {}
+                _ => return Ok(None),
+            }
+            let Ok(lease) = read_varint(tail, &mut pos) else {
+                return Ok(None);
+            };
+            fields.lease = lease as i64;
+        }
+        Ok(Some(f(&fields)))
     }
 }
 

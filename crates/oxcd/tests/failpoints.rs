@@ -329,11 +329,12 @@ async fn a_crash_around_installing_a_snapshot_restarts_with_every_key() {
         "--experimental-snapshot-catchup-entries",
         "10",
     ];
-    // (failpoint, whether the member's backend was replaced before the crash)
-    for (name, installed) in [
-        ("raftAfterApplySnap", true),
-        ("raftBeforeApplySnap", false),
-        ("raftAfterSaveSnap", false),
+    // (failpoint, the stream the member takes: its leader's file image, or
+    // as an older oxcd would, its records or a copy of its file)
+    for (name, stream) in [
+        ("raftAfterApplySnap", "image"),
+        ("raftBeforeApplySnap", "file"),
+        ("raftAfterSaveSnap", "records"),
     ] {
         let mut cluster = {
             let _env = ENVIRONMENT.lock().unwrap_or_else(|e| e.into_inner());
@@ -354,11 +355,14 @@ async fn a_crash_around_installing_a_snapshot_restarts_with_every_key() {
                 .await
                 .unwrap();
         }
-        // one member answers as an oxcd without SnapshotRecords does: the
-        // leader sends it a copy of its file instead of its records
-        let stream = if installed { "records" } else { "file" };
+        // a member that answers as an oxcd without SnapshotImage (and
+        // SnapshotRecords) does gets the leader's records (a copy of its
+        // file) instead
         let armed = match stream {
-            "file" => format!("{name}=panic;snapshotRecordsUnimplemented=return"),
+            "file" => format!(
+                "{name}=panic;snapshotImageUnimplemented=return;snapshotRecordsUnimplemented=return"
+            ),
+            "records" => format!("{name}=panic;snapshotImageUnimplemented=return"),
             _ => format!("{name}=panic"),
         };
         {
@@ -427,7 +431,7 @@ async fn a_crash_around_installing_a_snapshot_restarts_with_every_key() {
         let log = cluster.members[lagging].as_ref().unwrap().log_text();
         assert_eq!(
             log.contains("installed the database snapshot received before a restart"),
-            !installed,
+            name != "raftAfterApplySnap",
             "{name}:\n{log}"
         );
     }

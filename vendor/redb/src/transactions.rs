@@ -2817,15 +2817,26 @@ impl ReadTransaction {
             .map(|page| (self.mem.page_address(page), page))
             .collect();
         placed.sort_unstable_by_key(|(address, _)| *address);
-        let (header, len) = self
-            .mem
-            .image_header(self.tree.transaction_guard().id(), self.tree.root());
+        let (header, len) = self.image_header();
         out(0, &header)?;
         for (address, page) in placed {
             let page = self.mem.get_page(page, PageHint::None)?;
             out(address, page.memory())?;
         }
         Ok(len)
+    }
+
+    /// oxcd patch: the header of this transaction's file image and the image's length (see
+    /// `export_image`). After a durable commit that this transaction saw, every page it reaches
+    /// is in the file: the file's first `len` bytes with this header in place of the file's are
+    /// then an image too, whatever the other bytes hold (free pages, pages of later commits,
+    /// region headers), since opening it rebuilds the allocator state from this root alone. A
+    /// file shorter than `len` (the tail freed by later commits) is padded with zeros.
+    pub fn image_header(&self) -> (Vec<u8>, u64) {
+        let (header, len) = self
+            .mem
+            .image_header(self.tree.transaction_guard().id(), self.tree.root());
+        (header.to_vec(), len)
     }
 
     /// Open the given table without a type

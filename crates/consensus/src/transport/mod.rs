@@ -114,6 +114,17 @@ pub trait SnapshotSource: Send + Sync {
     /// Builds the backend a received record stream carries into a new
     /// file at `path` (blocking calls).
     fn records_receiver(&self, path: &std::path::Path) -> Result<Box<dyn RecordReceiver>, String>;
+
+    /// The backend's file as an image stream (mvcc's `image_stream`), under
+    /// the same condition as [`SnapshotSource::backend_records`].
+    fn backend_image(
+        &self,
+        index: u64,
+    ) -> Pin<Box<dyn Future<Output = Result<RecordWriter, String>> + Send>>;
+
+    /// Writes the file a received image stream carries at `path`
+    /// (blocking calls).
+    fn image_receiver(&self, path: &std::path::Path) -> Result<Box<dyn RecordReceiver>, String>;
 }
 
 /// Writes a backend's record stream to the sink in pieces (the sink

@@ -131,6 +131,17 @@ impl Peer for PeerService {
         ));
         self.receive(request, Kind::Records).await
     }
+
+    async fn snapshot_image(
+        &self,
+        request: Request<Streaming<SnapshotChunk>>,
+    ) -> Result<Response<StreamAck>, Status> {
+        // as an oxcd without this RPC answers: the leader sends records
+        crate::fail_point!("snapshotImageUnimplemented", |_| Err(
+            Status::unimplemented("failpoint snapshotImageUnimplemented")
+        ));
+        self.receive(request, Kind::Image).await
+    }
 }
 
 /// What a snapshot stream's data is.
@@ -141,6 +152,9 @@ enum Kind {
     /// The leader's records (`SnapshotRecords`), written into a new file
     /// as they come.
     Records,
+    /// The leader's file as one read transaction reaches it, and its key
+    /// index (`SnapshotImage`), written as they come.
+    Image,
 }
 
 /// Where a snapshot stream's data goes, in blocks of
@@ -187,7 +201,7 @@ impl Sink {
                     joined: Vec::with_capacity(super::snapshot::FILE_IO_BYTES),
                 })
             }
-            Kind::Records => {
+            Kind::Records | Kind::Image => {
                 let Some((_, source)) = service.transport.snapshots.get() else {
                     return Err(Status::unavailable("not ready for snapshots"));
                 };
@@ -195,7 +209,10 @@ impl Sink {
                 let partial = partial.to_path_buf();
                 let (pieces, mut received) = tokio::sync::mpsc::channel::<Vec<bytes::Bytes>>(4);
                 let builder = tokio::task::spawn_blocking(move || {
-                    let mut receiver = source.records_receiver(&partial)?;
+                    let mut receiver = match kind {
+                        Kind::Image => source.image_receiver(&partial)?,
+                        _ => source.records_receiver(&partial)?,
+                    };
                     while let Some(piece) = received.blocking_recv() {
                         receiver.feed(&piece)?;
                     }
@@ -328,7 +345,7 @@ impl PeerService {
         if let Err(e) = streamed {
             // the builder of a record stream ends before the partial file
             // goes (it refuses the stream as incomplete)
-            if kind == Kind::Records {
+            if kind != Kind::File {
                 let _ = sink.end().await;
             }
             return Err(e);
@@ -345,6 +362,7 @@ impl PeerService {
         let stream = match kind {
             Kind::File => "file",
             Kind::Records => "records",
+            Kind::Image => "image",
         };
         tracing::info!(from = %format!("{:x}", first.from), index, bytes = received, stream,
             "received database snapshot");

@@ -1,7 +1,11 @@
 //! Backend snapshots for a follower too far behind: streamed out of band
 //! over the `Peer.Snapshot` RPC in chunks, never inside a raft message.
 //!
-//! A record stream (`Peer.SnapshotRecords`) is not sent through tonic's
+//! The leader first offers its file's image (`Peer.SnapshotImage`), then,
+//! to a member that answers UNIMPLEMENTED, its records
+//! (`Peer.SnapshotRecords`), then a copy of its file (`Peer.Snapshot`).
+//!
+//! An image or a record stream is not sent through tonic's
 //! client: the writer's thread frames each chunk as gRPC does, a few bytes
 //! of prefix and field key, then the chunk's data as it is ([`framed`]),
 //! and [`call_framed`] posts them over the channel as the request's body.
@@ -84,7 +88,15 @@ impl SnapshotJob {
 
     async fn send(&self, msg: eraftpb::Message) -> Result<u64, String> {
         let index = msg.get_snapshot().get_metadata().index;
-        match self.stream_records(&msg).await {
+        match self.stream_framed(&msg, Stream::Image).await {
+            Err(Sent::Unimplemented) => {
+                tracing::info!(to = %format!("{:x}", msg.to), index,
+                    "the member takes no image of the database file; sending its records");
+            }
+            Err(Sent::Failed(e)) => return Err(e),
+            Ok(sent) => return Ok(sent),
+        }
+        match self.stream_framed(&msg, Stream::Records).await {
             Err(Sent::Unimplemented) => {
                 tracing::info!(to = %format!("{:x}", msg.to), index,
                     "the member takes no record stream; sending a copy of the database file");
@@ -110,14 +122,21 @@ impl SnapshotJob {
         })
     }
 
-    /// Sends the backend as the records the leader reads (`SnapshotRecords`).
-    async fn stream_records(&self, msg: &eraftpb::Message) -> Result<u64, Sent> {
+    /// Sends the backend as a stream the leader writes as it reads it: its
+    /// file's image (`SnapshotImage`) or its records (`SnapshotRecords`).
+    async fn stream_framed(&self, msg: &eraftpb::Message, stream: Stream) -> Result<u64, Sent> {
         let index = msg.get_snapshot().get_metadata().index;
-        let writer = self.source.backend_records(index).await?;
+        let (writer, path) = match stream {
+            Stream::Image => (self.source.backend_image(index).await?, SNAPSHOT_IMAGE_PATH),
+            Stream::Records => (
+                self.source.backend_records(index).await?,
+                SNAPSHOT_RECORDS_PATH,
+            ),
+        };
         let channel = super::channel(&self.url, CONNECT_TIMEOUT, self.tls.as_ref()).await?;
         // a chunk is two pieces: its prefix and key, its data
         let (pieces, wire) = mpsc::channel::<Bytes>(2 * SEND_QUEUE_CHUNKS);
-        let call = tokio::spawn(call_framed(channel, SNAPSHOT_RECORDS_PATH, wire));
+        let call = tokio::spawn(call_framed(channel, path, wire));
         let header = framed(self.header(msg)?);
         for piece in header.into_iter().flatten() {
             if pieces.send(piece).await.is_err() {
@@ -180,8 +199,17 @@ impl SnapshotJob {
     }
 }
 
-/// `Peer.SnapshotRecords`, which [`call_framed`] posts to.
+/// `Peer.SnapshotRecords` and `Peer.SnapshotImage`, which [`call_framed`]
+/// posts to.
 const SNAPSHOT_RECORDS_PATH: &str = "/oxcdpeerpb.Peer/SnapshotRecords";
+const SNAPSHOT_IMAGE_PATH: &str = "/oxcdpeerpb.Peer/SnapshotImage";
+
+/// What a framed stream carries.
+#[derive(Clone, Copy)]
+enum Stream {
+    Image,
+    Records,
+}
 
 /// Where a sender's chunks go.
 enum Chunks {

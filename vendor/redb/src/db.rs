@@ -913,6 +913,10 @@ impl Database {
         if !table_tree.verify_checksums()? {
             return Ok(false);
         }
+        // oxcd patch: the data tree's pages end the collection (the system tree's and savepoints'
+        // are not the rebuild's to skip); they are handed back once every walk passed
+        #[cfg(not(redb_no_std))]
+        let data_pages = crate::tree_store::VERIFIED_PAGES.with(|pages| pages.borrow_mut().take());
         let system_table_tree = TableTree::new(
             system_root,
             PageHint::None,
@@ -936,6 +940,8 @@ impl Database {
                 return Ok(false);
             }
         }
+        #[cfg(not(redb_no_std))]
+        crate::tree_store::VERIFIED_PAGES.with(|pages| *pages.borrow_mut() = data_pages);
 
         Ok(true)
     }
@@ -1205,7 +1211,7 @@ impl Database {
             Ok(true) => {
                 let live_allocator_hash = self.mem.allocator_hash();
                 let live_roots = [self.mem.get_data_root(), self.mem.get_system_root()];
-                match Self::rebuild_allocator_state(&self.mem, &|_| {}) {
+                match Self::rebuild_allocator_state(&self.mem, &|_| {}, None) {
                     // Only a durable root can be rewritten from here, so a live root whose table
                     // count was recomputed must be rolled back and repaired by the reload below
                     Ok(roots) if roots != live_roots => Ok(None),
@@ -1561,7 +1567,17 @@ impl Database {
         mem: &mut Arc<TransactionalMemory>, // Only &mut to ensure exclusivity
         repair_callback: &(dyn Fn(&mut RepairSession) + 'static),
     ) -> Result<[Option<BtreeHeader>; 2], DatabaseError> {
-        if !Self::primary_verifies(mem)? {
+        // oxcd patch: the pages the check of the primary's data tree verifies, which the
+        // allocator's rebuild then marks without walking that tree again
+        #[cfg(not(redb_no_std))]
+        crate::tree_store::VERIFIED_PAGES.with(|pages| *pages.borrow_mut() = Some(Vec::new()));
+        let verified = Self::primary_verifies(mem);
+        #[cfg(not(redb_no_std))]
+        let mut data_pages = crate::tree_store::VERIFIED_PAGES.with(|pages| pages.borrow_mut().take());
+        #[cfg(redb_no_std)]
+        let mut data_pages: Option<Vec<PageNumber>> = None;
+        if !verified? {
+            data_pages = None;
             if mem.used_two_phase_commit() {
                 return Err(DatabaseError::Storage(StorageError::Corrupted(
                     "Primary is corrupted despite 2-phase commit".to_string(),
@@ -1593,7 +1609,8 @@ impl Database {
             return Err(DatabaseError::RepairAborted);
         }
 
-        let [data_root, system_root] = Self::rebuild_allocator_state(mem, repair_callback)?;
+        let [data_root, system_root] =
+            Self::rebuild_allocator_state(mem, repair_callback, data_pages)?;
 
         mem.clear_recovery_required()?;
 
@@ -1614,9 +1631,14 @@ impl Database {
     //
     // Callers must ensure nothing else uses the allocator meanwhile: either no transaction is
     // live, or the caller holds the write slot (read transactions never allocate or free).
+    //
+    // oxcd patch: `data_pages`, the pages a checksum walk of the data tree just verified (see
+    // `do_repair`), are marked as they are, without walking that tree again, when it has no
+    // multimap table (whose walks differ).
     fn rebuild_allocator_state(
         mem: &Arc<TransactionalMemory>,
         repair_callback: &(dyn Fn(&mut RepairSession) + 'static),
+        data_pages: Option<Vec<PageNumber>>,
     ) -> Result<[Option<BtreeHeader>; 2], DatabaseError> {
         mem.reset_allocator_state()?;
 
@@ -1629,7 +1651,26 @@ impl Database {
                 untracked,
                 PageResolver::new(mem.clone()),
             )?;
-            tables.visit_all_pages(|path| mem.mark_page_allocated(path.page_number()))?;
+            match data_pages {
+                Some(pages) if tables.list_tables(TableType::Multimap)?.is_empty() => {
+                    #[cfg(debug_assertions)]
+                    {
+                        let mut walked = Vec::new();
+                        tables.visit_all_pages(|path| {
+                            walked.push(path.page_number());
+                            Ok(())
+                        })?;
+                        let mut verified = pages.clone();
+                        walked.sort_unstable();
+                        verified.sort_unstable();
+                        assert_eq!(walked, verified, "the verified pages are the walk's");
+                    }
+                    for page in pages {
+                        mem.mark_page_allocated(page)?;
+                    }
+                }
+                _ => tables.visit_all_pages(|path| mem.mark_page_allocated(path.page_number()))?,
+            }
             Self::with_recounted_length(root, tables.count_tables()?)
         };
 
@@ -1695,7 +1736,7 @@ impl Database {
             }
             // Freed-page tables retain the pages that readers and persistent savepoints still
             // reference. Rebuilding must keep those allocated as well as the current trees.
-            let roots = Self::rebuild_allocator_state(mem, &|_| {})
+            let roots = Self::rebuild_allocator_state(mem, &|_| {}, None)
                 .map_err(DatabaseError::into_storage_error_or_corrupted)?;
             if roots != [mem.get_data_root(), mem.get_system_root()] {
                 return Err(StorageError::Corrupted(

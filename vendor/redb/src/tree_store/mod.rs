@@ -11,6 +11,8 @@ mod table_tree;
 mod table_tree_base;
 
 pub(crate) use btree::{Btree, BtreeMut, BtreeStats, RawBtree};
+#[cfg(not(redb_no_std))]
+pub(crate) use btree::VERIFIED_PAGES; // oxcd patch
 pub(crate) use btree_base::BtreeHeader;
 pub use btree_base::{AccessGuard, AccessGuardMut, AccessGuardMutInPlace};
 pub(crate) use btree_base::{BRANCH, LEAF, LeafAccessor, RawLeafBuilder};

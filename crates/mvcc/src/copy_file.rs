@@ -325,8 +325,8 @@ impl Waiting {
 /// Pages a write takes at most (Linux's `IOV_MAX`).
 const MAX_RUN_PAGES: usize = 1024;
 
-/// Writes `pages`, adjacent from `at`, to `file` in one `pwritev` (as many
-/// as it takes).
+/// Writes `pages`, adjacent from `at`, to `file` in `pwritev`s of at most
+/// [`crate::flush::WRITE_BYTES`] each.
 fn write_run(file: &File, at: u64, pages: &[&Page]) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let iov: Vec<libc::iovec> = pages
@@ -346,7 +346,13 @@ fn write_run(file: &File, at: u64, pages: &[&Page]) -> io::Result<()> {
             done += PAGE - within;
             continue;
         }
-        let rest = &iov[first..];
+        // no more than a small write's worth (see flush::WRITE_BYTES),
+        // within one aligned block of it
+        let offset = at + done as u64;
+        let room = (crate::flush::WRITE_BYTES
+            - (offset % crate::flush::WRITE_BYTES as u64) as usize)
+            .div_ceil(PAGE);
+        let rest = &iov[first..(first + room).min(iov.len())];
         // SAFETY: every iovec points at a live page of PAGE bytes, borrowed
         // for the call; there are MAX_RUN_PAGES (IOV_MAX) at most.
         let n = unsafe {
@@ -354,7 +360,7 @@ fn write_run(file: &File, at: u64, pages: &[&Page]) -> io::Result<()> {
                 file.as_raw_fd(),
                 rest.as_ptr(),
                 rest.len() as libc::c_int,
-                (at + done as u64) as libc::off_t,
+                offset as libc::off_t,
             )
         };
         match n {
@@ -514,7 +520,7 @@ impl StorageBackend for CombiningFile {
                             &self.shared.written,
                         )?;
                     }
-                    return self.shared.file.write_all_at(data, offset);
+                    return crate::flush::write_all_at(&self.shared.file, data, offset);
                 }
                 waiting.put(offset, data);
                 if waiting.full() {
@@ -523,7 +529,7 @@ impl StorageBackend for CombiningFile {
                 return Ok(());
             }
         }
-        self.shared.file.write_all_at(data, offset)
+        crate::flush::write_all_at(&self.shared.file, data, offset)
     }
 
     fn close(&self) -> Result<(), io::Error> {

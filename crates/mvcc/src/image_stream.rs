@@ -54,8 +54,6 @@ pub const PIECE_BYTES: usize = 1 << 20;
 /// The largest checkpoint a receiver takes: far above any index that fits
 /// a member's memory (tens of bytes per key), and what bounds its buffer.
 const MAX_CHECKPOINT_BYTES: u64 = 4 << 30;
-/// The longest write of a received file (see [`ImageBuilder::write`]).
-const WRITE_BYTES: usize = 16 << 10;
 /// A received file's bytes are sent to the disk every this many bytes, so
 /// that its sync at the end has little left to write.
 const WRITE_BACK_BYTES: u64 = 32 << 20;
@@ -363,26 +361,15 @@ impl ImageBuilder {
     /// Writes the file's bytes gathered so far, and starts the disk writes
     /// of what is written once there is enough of it.
     ///
-    /// In writes of at most [`WRITE_BYTES`], each within one aligned block
-    /// of that size: a longer write has the kernel (6.18, ext4) put the
-    /// bytes in large page cache folios, and in a VM that gives free
-    /// memory back to its host (virtio-balloon's free page reporting, this
-    /// machine's), those come from blocks the host must back again: 1.1 GB
-    /// in writes of 1 MiB took 6.6–8.9 s, in writes of 16 KiB 0.44 s (and
-    /// a new member's catch-up of 1.1 GB 12 s instead of 4).
+    /// In small writes ([`crate::flush::write_all_at`]): in writes of 64
+    /// KiB to 1 MiB, a new member's catch-up of 1.1 GB took 12 s instead
+    /// of 4 on this machine, the kernel's copy into large page cache
+    /// folios three quarters of it.
     fn write(&mut self, slices: &mut Vec<IoSlice<'_>>) -> Result<(), MvccError> {
-        use std::os::unix::fs::FileExt;
         for slice in slices.iter() {
-            let mut bytes: &[u8] = slice;
-            while !bytes.is_empty() {
-                let room = WRITE_BYTES - (self.written % WRITE_BYTES as u64) as usize;
-                let (now, later) = bytes.split_at(room.min(bytes.len()));
-                self.file
-                    .write_all_at(now, self.written)
-                    .map_err(|e| io_error("write", &self.path, e))?;
-                self.written += now.len() as u64;
-                bytes = later;
-            }
+            crate::flush::write_all_at(&self.file, slice, self.written)
+                .map_err(|e| io_error("write", &self.path, e))?;
+            self.written += slice.len() as u64;
         }
         slices.clear();
         if self.written - self.written_back >= WRITE_BACK_BYTES {

@@ -426,21 +426,7 @@ mod tests {
     /// and long records (stored in parts) of many lengths, some leased.
     fn source(path: &Path) -> (Store, u64) {
         let store = Store::open(path).unwrap();
-        store.put_side(SideTable::Leases, 5, Some(b"lease-5".to_vec()), 1);
-        store.put_side(SideTable::Members, 7, Some(b"member-7".to_vec()), 1);
-        let mut index = 1;
-        for round in 0..3 {
-            for i in 0..200 {
-                index += 1;
-                put_at(
-                    &store,
-                    index,
-                    &format!("k{i:03}"),
-                    format!("r{round}-{i}"),
-                    5,
-                );
-            }
-        }
+        let mut index = crate::test_util::three_rounds(&store);
         // long records whose heads are of every length around a part's,
         // so that some leases lie in the last part, not the head
         let part = crate::parts::PART_BYTES;

@@ -485,21 +485,7 @@ mod tests {
     /// values larger than a piece.
     fn source(path: &Path) -> Store {
         let store = Store::open(path).unwrap();
-        store.put_side(SideTable::Leases, 5, Some(b"lease-5".to_vec()), 1);
-        store.put_side(SideTable::Members, 7, Some(b"member-7".to_vec()), 1);
-        let mut index = 1;
-        for round in 0..3 {
-            for i in 0..200 {
-                index += 1;
-                put_at(
-                    &store,
-                    index,
-                    &format!("k{i:03}"),
-                    format!("r{round}-{i}"),
-                    5,
-                );
-            }
-        }
+        let mut index = crate::test_util::three_rounds(&store);
         index += 1;
         put_at(&store, index, "big", vec![b'b'; 3 << 20], 0);
         index += 1;

@@ -28,3 +28,25 @@ pub(crate) fn delete_range_at(store: &Store, index: u64, key: &str, range_end: &
     .unwrap();
     w.end();
 }
+
+/// A lease (5) and a member (7) in the side tables, then 3 rounds of puts
+/// of `k000`..`k199` (values `r<round>-<i>`, lease 5) as raft entries 2..;
+/// the last entry's index.
+pub(crate) fn three_rounds(store: &Store) -> u64 {
+    store.put_side(crate::SideTable::Leases, 5, Some(b"lease-5".to_vec()), 1);
+    store.put_side(crate::SideTable::Members, 7, Some(b"member-7".to_vec()), 1);
+    let mut index = 1;
+    for round in 0..3 {
+        for i in 0..200 {
+            index += 1;
+            put_at(
+                store,
+                index,
+                &format!("k{i:03}"),
+                format!("r{round}-{i}"),
+                5,
+            );
+        }
+    }
+    index
+}

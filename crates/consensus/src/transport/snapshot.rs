@@ -88,21 +88,24 @@ impl SnapshotJob {
 
     async fn send(&self, msg: eraftpb::Message) -> Result<u64, String> {
         let index = msg.get_snapshot().get_metadata().index;
-        match self.stream_framed(&msg, Stream::Image).await {
-            Err(Sent::Unimplemented) => {
-                tracing::info!(to = %format!("{:x}", msg.to), index,
-                    "the member takes no image of the database file; sending its records");
+        // each refused as by an older member: the next
+        for (stream, refused) in [
+            (
+                Stream::Image,
+                "the member takes no image of the database file; sending its records",
+            ),
+            (
+                Stream::Records,
+                "the member takes no record stream; sending a copy of the database file",
+            ),
+        ] {
+            match self.stream_framed(&msg, stream).await {
+                Err(Sent::Unimplemented) => {
+                    tracing::info!(to = %format!("{:x}", msg.to), index, "{refused}");
+                }
+                Err(Sent::Failed(e)) => return Err(e),
+                Ok(sent) => return Ok(sent),
             }
-            Err(Sent::Failed(e)) => return Err(e),
-            Ok(sent) => return Ok(sent),
-        }
-        match self.stream_framed(&msg, Stream::Records).await {
-            Err(Sent::Unimplemented) => {
-                tracing::info!(to = %format!("{:x}", msg.to), index,
-                    "the member takes no record stream; sending a copy of the database file");
-            }
-            Err(Sent::Failed(e)) => return Err(e),
-            Ok(sent) => return Ok(sent),
         }
         let path = self.source.backend_snapshot(index).await?;
         let sent = self.stream_file(&msg, &path).await;

@@ -46,8 +46,12 @@ const HEADER_KEY: u64 = 0;
 const CHECKPOINT_FORMAT: u32 = 2;
 const WHOLE_KEYS_FORMAT: u32 = 1;
 const HEADER_LEN: usize = 4 + 8 + 8 + 8 + 8 + 4;
-/// A chunk and its leaf's own bytes fit a 1 MiB page.
-const CHUNK_BYTES: usize = 1024 * 1024 - 4096;
+/// A chunk and its leaf's own bytes fit a page of
+/// [`crate::flush::WRITE_BYTES`] (16 KiB), which redb writes in one write:
+/// a chunk of 1 MiB was a 1 MiB page, whose write takes large page cache
+/// folios, slow on this machine (see `flush::WRITE_BYTES`). A reader
+/// joins the chunks whatever their length.
+const CHUNK_BYTES: usize = crate::flush::WRITE_BYTES - 64;
 
 /// What a checkpoint describes.
 #[derive(Debug, PartialEq, Eq)]

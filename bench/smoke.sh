@@ -104,9 +104,12 @@ entry() {
         "range p99 during the compaction" "range slowest during the compaction"
         "defrag" "db size after the defrag" "put p99 during the defrag" "put slowest during the defrag"
         "range p99 during the defrag" "range slowest during the defrag"
-        "snapshot save" "snapshot file" "member CPU during the save" "etcdctl CPU during the save"
-        "snapshot stream, read and discarded" "member CPU during the stream"
-        "new member: start -> caught up" "new member VmRSS, caught up") ;;
+        "snapshot save" "snapshot file" "snapshot stream, read and discarded"
+        "new member: start -> caught up" "new member VmRSS, caught up")
+      # The CPU rows (member and etcdctl during the save and the stream) are
+      # not required: /proc counts CPU in 10 ms ticks, and a tiny save may
+      # take none on either server, leaving the ratio '-' (CI stop 40).
+      ;;
     failover.sh)
       args=(--quick --members 3 --timeout 60)
       rows=("3 members: kill -9 leader -> first acknowledged put"

@@ -154,8 +154,11 @@ impl Store {
             // is in the file (a commit without fsync leaves its pages in
             // redb's write buffer), and none between the sync and it
             let _writer = self.writer.lock();
-            self.commit_locked(true)?;
-            backend::sync_commits(&self.db())?;
+            if !self.commit_durable_locked()? {
+                // nothing left to write: commits without fsync before it
+                // may still be in redb's write buffer
+                backend::sync_commits(&self.db())?;
+            }
             self.db().begin_read().map_err(backend_error)?
         };
         let consistent_index = crate::snapshot::consistent_index_in(&snapshot)?;

@@ -103,7 +103,7 @@ pub(crate) fn drop_in(txn: &redb::WriteTransaction) -> Result<(), MvccError> {
 }
 
 /// Writes the checkpoint of `tree` (and `leased`) durably, in a
-/// transaction of its own.
+/// transaction of its own, which makes every commit before it durable too.
 fn save(
     db: &Database,
     tree: &KeyIndexTree,
@@ -359,24 +359,34 @@ impl Store {
     pub fn close(&self, leased: &[(Bytes, i64)]) -> Result<(), MvccError> {
         let _defrag = self.defrag_lock.lock();
         let _writer = self.writer.lock();
-        self.commit_locked(true)?;
+        let started = std::time::Instant::now();
+        // The last batch without a sync of its own: the checkpoint's
+        // durable commit syncs both (one fsync, not two).
+        match self.commit_locked(false) {
+            // another commit's sync under way: this one syncs itself
+            Err(MvccError::Deferred) => self.commit_locked(true)?,
+            committed => committed?,
+        }
         let compaction_done = self.compaction_backlog.lock().jobs.is_empty();
         let state = self.state.read();
         let finished = self
             .finished_compact
             .load(std::sync::atomic::Ordering::Acquire);
         if !compaction_done || finished != state.compact_revision {
-            return Ok(());
+            // no checkpoint: the last batch's own sync
+            return self.commit_locked(true);
         }
-        let started = std::time::Instant::now();
+        let consistent_index = self.consistent_index();
         let bytes = save(
             &self.db(),
             &state.tree,
             leased,
-            self.consistent_index(),
+            consistent_index,
             state.current_revision,
             state.compact_revision.max(NO_COMPACTION),
         )?;
+        // the checkpoint's commit made every commit before it durable
+        self.mark_durable(consistent_index);
         self.index_saved
             .store(true, std::sync::atomic::Ordering::Release);
         tracing::info!(

@@ -585,6 +585,22 @@ impl Store {
         .map(|_| ())
     }
 
+    /// Records that every commit up to `consistent_index` is durable (a
+    /// durable commit's, or one that syncs the commits before it).
+    pub(crate) fn mark_durable(&self, consistent_index: u64) {
+        self.durable_consistent_index
+            .store(consistent_index, Ordering::Release);
+        self.not_durable.store(false, Ordering::Release);
+    }
+
+    /// A durable commit; the caller holds the writer lock. True when it
+    /// committed (then every commit before it is durable too), false when
+    /// there was nothing to write.
+    pub(crate) fn commit_durable_locked(&self) -> Result<bool, MvccError> {
+        self.commit_as(CommitKind::Durable)
+            .map(|index| index.is_some())
+    }
+
     /// The commit itself; the caller holds the writer lock. Returns the
     /// consistent index it wrote, or None when there was nothing to write.
     fn commit_as(&self, kind: CommitKind) -> Result<Option<u64>, MvccError> {
@@ -687,9 +703,7 @@ impl Store {
         self.size_in_use.add(in_use, Ordering::Relaxed);
         self.refresh_file_size();
         if durable {
-            self.durable_consistent_index
-                .store(consistent_index, Ordering::Release);
-            self.not_durable.store(false, Ordering::Release);
+            self.mark_durable(consistent_index);
         } else {
             self.not_durable.store(true, Ordering::Release);
         }

@@ -204,8 +204,6 @@ const PURGE_TICK: std::time::Duration = std::time::Duration::from_millis(100);
 /// values), resident for the delay and a tick had the delay begun at once.
 const START_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Freed memory goes back to the kernel within [`PURGE_DELAY_MS`] and a
-/// [`PURGE_TICK`], busy or idle, from `settle` on (at once until then).
 /// Set once the member stops: see [`keep_freed_memory`].
 static STOPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -220,6 +218,8 @@ fn keep_freed_memory() {
     unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, -1) }
 }
 
+/// Freed memory goes back to the kernel within [`PURGE_DELAY_MS`] and a
+/// [`PURGE_TICK`], busy or idle, from `settle` on (at once until then).
 fn purge_freed_memory_soon(settle: std::time::Duration) {
     // Without the thread (none could be had), memory goes on being purged
     // at once.

@@ -349,9 +349,7 @@ fn write_run(file: &File, at: u64, pages: &[&Page]) -> io::Result<()> {
         // no more than a small write's worth (see flush::WRITE_BYTES),
         // within one aligned block of it
         let offset = at + done as u64;
-        let room = (crate::flush::WRITE_BYTES
-            - (offset % crate::flush::WRITE_BYTES as u64) as usize)
-            .div_ceil(PAGE);
+        let room = crate::flush::write_room(offset).div_ceil(PAGE);
         let rest = &iov[first..(first + room).min(iov.len())];
         // SAFETY: every iovec points at a live page of PAGE bytes, borrowed
         // for the call; there are MAX_RUN_PAGES (IOV_MAX) at most.

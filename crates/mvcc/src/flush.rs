@@ -148,14 +148,19 @@ fn write_back(file: &std::fs::File) -> std::io::Result<()> {
 /// the same size right after a removal take 0.23 s either way).
 pub(crate) const WRITE_BYTES: usize = 16 << 10;
 
+/// The bytes a write at `offset` takes at most: up to the end of its
+/// aligned block of [`WRITE_BYTES`].
+pub(crate) fn write_room(offset: u64) -> usize {
+    WRITE_BYTES - (offset % WRITE_BYTES as u64) as usize
+}
+
 /// Writes `data` at `offset` of `file` in writes of at most
 /// [`WRITE_BYTES`], each within one aligned block of that size.
 pub(crate) fn write_all_at(file: &std::fs::File, data: &[u8], offset: u64) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
     let (mut data, mut offset) = (data, offset);
     while !data.is_empty() {
-        let room = WRITE_BYTES - (offset % WRITE_BYTES as u64) as usize;
-        let (now, later) = data.split_at(room.min(data.len()));
+        let (now, later) = data.split_at(write_room(offset).min(data.len()));
         file.write_all_at(now, offset)?;
         offset += now.len() as u64;
         data = later;

@@ -212,8 +212,10 @@ pub(crate) fn without_panics<T>(
 /// made 0600 first, as etcd's bbolt files (`fileutil.PrivateFileMode`), an
 /// existing one keeps its mode.
 pub(crate) fn create_private(builder: &redb::Builder, path: &Path) -> Result<Database, MvccError> {
-    open_private(path)?;
-    builder.create(path).map_err(database_error)
+    let file = open_private(path)?;
+    let backend = crate::copy_file::live(file)
+        .map_err(|e| MvccError::Backend(format!("cannot open {}: {e}", path.display())))?;
+    builder.create_with_backend(backend).map_err(database_error)
 }
 
 /// [`create_private`] for a copy's new file, its writes gathered into runs

@@ -76,6 +76,8 @@ struct Shared {
     in_flight: Mutex<InFlight>,
     /// Signalled when a batch in flight has landed.
     landed: Condvar,
+    /// The file's device and inode, for [`crate::read_drop`].
+    id: Option<crate::read_drop::FileId>,
     /// Writes to the file so far.
     #[cfg(test)]
     written: std::sync::atomic::AtomicUsize,
@@ -387,9 +389,19 @@ pub(crate) fn on(file: File) -> io::Result<(CombiningFile, Combining)> {
     on_with(file, COMBINE_BYTES)
 }
 
+/// The backend of a store's own file: nothing gathers, every write goes
+/// straight to the file, as once a defrag's copy has become the store's
+/// file ([`Combining::pass_through`]).
+pub(crate) fn live(file: File) -> io::Result<CombiningFile> {
+    let (backend, combining) = on_with(file, 0)?;
+    combining.0.passing_through.store(true, Ordering::Release);
+    Ok(backend)
+}
+
 /// [`on`], with batches of `limit` bytes.
 fn on_with(file: File, limit: usize) -> io::Result<(CombiningFile, Combining)> {
     let own = file.try_clone()?;
+    let id = crate::read_drop::FileId::of(&own);
     let locks = FileBackend::new(file).map_err(io::Error::other)?;
     let shared = Arc::new(Shared {
         file: own,
@@ -400,6 +412,7 @@ fn on_with(file: File, limit: usize) -> io::Result<(CombiningFile, Combining)> {
         }),
         in_flight: Mutex::new(InFlight::default()),
         landed: Condvar::new(),
+        id,
         #[cfg(test)]
         written: Default::default(),
     });
@@ -472,7 +485,9 @@ impl StorageBackend for CombiningFile {
                 return Ok(());
             }
         }
-        self.shared.file.read_exact_at(out, offset)
+        self.shared.file.read_exact_at(out, offset)?;
+        crate::read_drop::note_read(self.shared.id, &self.shared.file, offset, out.len());
+        Ok(())
     }
 
     fn set_len(&self, len: u64) -> Result<(), io::Error> {

@@ -157,7 +157,11 @@ impl Store {
         let _ = std::fs::remove_file(tmp);
         let snapshot = self.db().begin_read().map_err(backend_error)?;
         let mut write = crate::snapshot::SteppedWrite::create(crate::backend::CACHE_BYTES, tmp)?;
+        // the old file's pages leave the cache as the copy reads them
+        // (see crate::read_drop); the file goes at the swap anyway
+        let dropping = crate::read_drop::DroppingReads::of(self.path());
         copy_all(&snapshot, &mut write)?;
+        drop(dropping);
         let copy = write.finish()?;
         drop(snapshot);
         // No redb compact() of the copy: records written in order leave

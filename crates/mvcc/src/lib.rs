@@ -138,6 +138,7 @@ mod io_priority;
 pub mod key_index;
 mod parts;
 mod range;
+mod read_drop;
 pub mod record_stream;
 pub mod revision;
 mod snapshot;

@@ -22,6 +22,9 @@
 //! After it, [`Combining::pass_through`] writes what waits, frees the
 //! slots and turns the gathering off: a defrag's copy becomes the store's
 //! file, whose writes go straight to the file as redb's own backend's do.
+//! The store's file is opened on this backend too, passing through from the
+//! start ([`live`]): its reads are the ones a defrag drops from the page
+//! cache as it copies them ([`crate::read_drop`]).
 //!
 //! A full batch is written by a thread of its own while redb's thread
 //! fills the next one ([`Shared::send_out`]): the writes were a quarter of

@@ -606,14 +606,7 @@ mod tests {
     /// [`backend`], with batches of `limit` bytes.
     fn backend_with(dir: &tempfile::TempDir, limit: usize) -> (CombiningFile, Combining, File) {
         let path = dir.path().join("copy");
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .unwrap();
-        let (backend, combining) = on_with(file, limit).unwrap();
+        let (backend, combining) = on_with(crate::test_util::new_file(&path), limit).unwrap();
         (backend, combining, File::open(&path).unwrap())
     }
 

@@ -194,14 +194,7 @@ mod tests {
     /// A file of `pages` pages in `dir`, written back (its pages clean)
     /// and read once (in the cache).
     fn cached_file(dir: &tempfile::TempDir, name: &str, pages: usize) -> std::fs::File {
-        let path = dir.path().join(name);
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .unwrap();
+        let file = crate::test_util::new_file(&dir.path().join(name));
         let bytes: Vec<u8> = (0..pages * PAGE).map(|i| (i % 251) as u8).collect();
         file.write_all_at(&bytes, 0).unwrap();
         file.sync_all().unwrap();

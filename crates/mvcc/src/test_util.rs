@@ -50,3 +50,14 @@ pub(crate) fn three_rounds(store: &Store) -> u64 {
     }
     index
 }
+
+/// A new, empty file at `path`, open for reading and writing.
+pub(crate) fn new_file(path: &std::path::Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .unwrap()
+}

@@ -35,15 +35,18 @@ pub(crate) struct FileId {
 }
 
 impl FileId {
+    /// The open `file`'s.
     pub(crate) fn of(file: &std::fs::File) -> Option<FileId> {
-        file.metadata().ok().map(|m| FileId {
-            dev: m.dev(),
-            ino: m.ino(),
-        })
+        Self::from(file.metadata())
     }
 
+    /// The file's now at `path`.
     fn at(path: &Path) -> Option<FileId> {
-        std::fs::metadata(path).ok().map(|m| FileId {
+        Self::from(std::fs::metadata(path))
+    }
+
+    fn from(metadata: std::io::Result<std::fs::Metadata>) -> Option<FileId> {
+        metadata.ok().map(|m| FileId {
             dev: m.dev(),
             ino: m.ino(),
         })

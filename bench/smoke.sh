@@ -110,6 +110,10 @@ entry() {
       # not required: /proc counts CPU in 10 ms ticks, and a tiny save may
       # take none on either server, leaving the ratio '-' (CI stop 40).
       ;;
+    same-state.sh)
+      args=(--size 4M --val-size 4096 --rounds 1 --timeout 120)
+      # the CPU rows not required, as for large-db.sh
+      rows=("defrag" "snapshot save" "snapshot file" "snapshot save again") ;;
     failover.sh)
       args=(--quick --members 3 --timeout 60)
       rows=("3 members: kill -9 leader -> first acknowledged put"

@@ -92,14 +92,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 bench_positive large-db.sh val_size rate rounds timeout
-[[ "$size_arg" =~ ^([1-9][0-9]*)([kKmMgG]?)$ ]] ||
-  { echo "large-db.sh: --size takes bytes, or N with K, M or G; got $size_arg" >&2; exit 2; }
-case "${BASH_REMATCH[2]}" in
-  k|K) size=$((BASH_REMATCH[1] * 1024)) ;;
-  m|M) size=$((BASH_REMATCH[1] * 1024 * 1024)) ;;
-  g|G) size=$((BASH_REMATCH[1] * 1024 * 1024 * 1024)) ;;
-  *) size=${BASH_REMATCH[1]} ;;
-esac
+bench_size large-db.sh "$size_arg"
 keys=$((size / (2 * val_size)))
 [ "$rate" -ge 100 ] || { echo "large-db.sh: --rate takes 100 at least (a one-second run's p99 needs 100 requests); got $rate" >&2; exit 2; }
 [ "$keys" -ge 100 ] || { echo "large-db.sh: --size $size_arg holds only $keys keys of $val_size B (100 at least)" >&2; exit 2; }
@@ -121,7 +114,6 @@ tmp=${TMPDIR:-/tmp}
 
 # The disk: the database, its WAL, the defrag's copy, the snapshot file and
 # the new member's copy share it (with whoever else uses it).
-free_kb() { df -Pk "$1" | awk 'NR == 2 {print $4}'; }
 need_kb=$(awk -v s="$size" -v f="$disk_factor" 'BEGIN {printf "%.0f", s * f / 1024}')
 if [ "$(free_kb "$tmp")" -lt "$need_kb" ]; then
   echo "large-db.sh: $tmp has $(awk -v k="$(free_kb "$tmp")" 'BEGIN {printf "%.1f", k / 1048576}') GiB free;" \
@@ -176,12 +168,6 @@ set_min_free "$(free_kb "$work")"
 ) &
 watchdog=$!
 
-now() { echo "$EPOCHREALTIME"; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", b - a}'; }
-cpu_s() {  # cpu_s PID: the process's user + system CPU seconds so far
-  awk -v hz="$(getconf CLK_TCK)" '{sub(/.*\) /, ""); printf "%.2f", ($12 + $13) / hz}' "/proc/$1/stat" 2>/dev/null || echo 0
-}
-rss_mb() { awk '/^VmRSS:/ {printf "%.1f", $2 / 1024}' "/proc/$1/status" 2>/dev/null || echo n/a; }
 ctl() {  # ctl ENDPOINTS ARGS...
   local eps=$1; shift
   ETCDCTL_API=3 "$ETCDCTL" --endpoints "$eps" --dial-timeout 2s --command-timeout "${timeout}s" "$@"

@@ -146,3 +146,24 @@ wait_healthy() {
   echo "----" >&2
   return 1
 }
+
+# bench_size SCRIPT ARG: size= the bytes ARG names (N, or N with K, M or G for
+# KiB, MiB, GiB); anything else exits 2.
+bench_size() {
+  [[ "$2" =~ ^([1-9][0-9]*)([kKmMgG]?)$ ]] ||
+    { echo "$1: --size takes bytes, or N with K, M or G; got $2" >&2; exit 2; }
+  case "${BASH_REMATCH[2]}" in
+    k|K) size=$((BASH_REMATCH[1] * 1024)) ;;
+    m|M) size=$((BASH_REMATCH[1] * 1024 * 1024)) ;;
+    g|G) size=$((BASH_REMATCH[1] * 1024 * 1024 * 1024)) ;;
+    *) size=${BASH_REMATCH[1]} ;;
+  esac
+}
+
+free_kb() { df -Pk "$1" | awk 'NR == 2 {print $4}'; }  # DIR: its file system's free KiB
+now() { echo "$EPOCHREALTIME"; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", b - a}'; }  # T0 T1: seconds between
+cpu_s() {  # cpu_s PID: the process's user + system CPU seconds so far
+  awk -v hz="$(getconf CLK_TCK)" '{sub(/.*\) /, ""); printf "%.2f", ($12 + $13) / hz}' "/proc/$1/stat" 2>/dev/null || echo 0
+}
+rss_mb() { awk '/^VmRSS:/ {printf "%.1f", $2 / 1024}' "/proc/$1/status" 2>/dev/null || echo n/a; }

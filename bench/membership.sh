@@ -155,13 +155,10 @@ trap 'exit 130' INT TERM
 # handing leadership to members that were stopping too.
 stop_all() { kill_members; }
 
-now() { echo "$EPOCHREALTIME"; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", b - a}'; }
 ctl() {  # ctl ENDPOINTS ARGS...: etcdctl, the client for both servers
   local eps=$1; shift
   ETCDCTL_API=3 "$ETCDCTL" --endpoints "$eps" --dial-timeout 2s --command-timeout 5s "$@"
 }
-rss_mb() { awk '/^VmRSS:/ {printf "%.1f", $2 / 1024}' "/proc/$1/status" 2>/dev/null || echo n/a; }
 
 # fail DIR MESSAGE: loudly, with the tail of every member's log in DIR.
 fail() {

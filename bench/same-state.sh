@@ -54,14 +54,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 bench_positive same-state.sh val_size rounds timeout
-[[ "$size_arg" =~ ^([1-9][0-9]*)([kKmMgG]?)$ ]] ||
-  { echo "same-state.sh: --size takes bytes, or N with K, M or G; got $size_arg" >&2; exit 2; }
-case "${BASH_REMATCH[2]}" in
-  k|K) size=$((BASH_REMATCH[1] * 1024)) ;;
-  m|M) size=$((BASH_REMATCH[1] * 1024 * 1024)) ;;
-  g|G) size=$((BASH_REMATCH[1] * 1024 * 1024 * 1024)) ;;
-  *) size=${BASH_REMATCH[1]} ;;
-esac
+bench_size same-state.sh "$size_arg"
 keys=$((size / (2 * val_size)))
 [ "$keys" -ge 100 ] || { echo "same-state.sh: --size $size_arg holds only $keys keys of $val_size B (100 at least)" >&2; exit 2; }
 if [ -n "$drop" ]; then
@@ -78,7 +71,6 @@ port=${PORT:-25379}
 tmp=${TMPDIR:-/tmp}
 quota=$((size * 3))
 
-free_kb() { df -Pk "$1" | awk 'NR == 2 {print $4}'; }
 # a kept store (--keep) is on the disk already: a copy, the defrag's and
 # the snapshot file to come
 factor=5
@@ -103,11 +95,6 @@ failures=0
 trap 'kill_members; rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
 
-now() { echo "$EPOCHREALTIME"; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", b - a}'; }
-cpu_s() {  # cpu_s PID: the process's user + system CPU seconds so far
-  awk -v hz="$(getconf CLK_TCK)" '{sub(/.*\) /, ""); printf "%.2f", ($12 + $13) / hz}' "/proc/$1/stat" 2>/dev/null || echo 0
-}
 ctl() { ETCDCTL_API=3 "$ETCDCTL" --endpoints "$(client_ep 0)" --dial-timeout 2s --command-timeout "${timeout}s" "$@"; }
 fail() {  # fail SERVER MESSAGE: loudly, with the tail of the server's log
   echo "same-state.sh: $1: FAILED: $2" >&2
